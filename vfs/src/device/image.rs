@@ -1,0 +1,1087 @@
+//! The embedded default device: an emulated ZNS drive in one sparse image file.
+//!
+//! Layout (little endian):
+//!
+//! ```text
+//! 0          header block (4 KiB): magic "VALETZNS", format version, geometry, layout,
+//!            crc32c of the fields
+//! 4 KiB      zone table, two copies (A and B), each: sequence number, zone count,
+//!            (write pointer u64, state u8, 7 reserved bytes) per zone, crc32c;
+//!            each copy padded to a multiple of 4 KiB
+//! data_start zone i at data_start + i * zone_stride (zone size rounded up to 4 KiB)
+//! ```
+//!
+//! `sync` writes the zone table (when it changed) into the older copy with the next sequence
+//! number, then issues one fdatasync. A crash during that fdatasync can tear only the copy
+//! being written, never the one the previous completed sync left; open takes the newest
+//! copy whose checksum holds and reports through [`ImageDevice::recovery_note`] when it had
+//! to fall back to the older one. Within the one fdatasync the file system may persist the
+//! table before the data it describes, so after a crash *during* a sync a write pointer can
+//! cover blocks that read as zeros; callers checksum what they need to trust.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::io::{IoEngine, IoMode};
+use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
+
+const MAGIC: &[u8; 8] = b"VALETZNS";
+const FORMAT_VERSION: u32 = 1;
+const HEADER_LEN: u64 = 4096;
+/// Header fields before the checksum.
+const HEADER_FIELDS: usize = 80;
+const ALIGN: u64 = 4096;
+const SLOT_HEAD: usize = 16;
+const ENTRY_LEN: usize = 16;
+
+/// How to open or create an image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageOptions {
+    /// I/O engine for data and metadata.
+    pub io: IoMode,
+    /// `open_or_create`: use an existing image even if its geometry differs from the one
+    /// asked for (instead of failing).
+    pub accept_existing_geometry: bool,
+}
+
+/// Where things live in the image, all derived from the geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    geometry: Geometry,
+    slot_len: u64,
+    data_start: u64,
+    zone_stride: u64,
+    file_len: u64,
+}
+
+impl Layout {
+    fn new(geometry: Geometry) -> Option<Layout> {
+        let align = ALIGN.max(geometry.block_size as u64);
+        let table_bytes = (geometry.zone_count as u64)
+            .checked_mul(ENTRY_LEN as u64)?
+            .checked_add(SLOT_HEAD as u64 + 4)?;
+        let slot_len = round_up(table_bytes, ALIGN)?;
+        let data_start = round_up(HEADER_LEN.checked_add(slot_len.checked_mul(2)?)?, align)?;
+        let zone_stride = round_up(geometry.zone_size, ALIGN)?;
+        let file_len =
+            data_start.checked_add(zone_stride.checked_mul(geometry.zone_count as u64)?)?;
+        // Offsets must fit the kernel's signed off_t.
+        if file_len > i64::MAX as u64 {
+            return None;
+        }
+        Some(Layout {
+            geometry,
+            slot_len,
+            data_start,
+            zone_stride,
+            file_len,
+        })
+    }
+
+    fn slot_offset(&self, slot: usize) -> u64 {
+        HEADER_LEN + slot as u64 * self.slot_len
+    }
+
+    /// Bytes of a table copy that carry meaning (entries and checksum).
+    fn slot_used(&self) -> usize {
+        SLOT_HEAD + self.geometry.zone_count as usize * ENTRY_LEN + 4
+    }
+
+    fn zone_start(&self, zone: ZoneId) -> u64 {
+        self.data_start + zone as u64 * self.zone_stride
+    }
+}
+
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_add(to - 1).map(|x| x / to * to)
+}
+
+struct State {
+    table: ZoneTable,
+    /// The entries last written to the image; `sync` skips the table write when unchanged.
+    persisted: Vec<(ZoneState, u64)>,
+    /// Table copy holding `seq`.
+    newest_slot: usize,
+    seq: u64,
+}
+
+/// An emulated ZNS device in one sparse image file, enforcing the zone rules.
+///
+/// Opening takes an exclusive `flock` on the file, so one image is used by one device at a
+/// time. Reads of data below the write pointer go to the file without holding the zone
+/// table lock; writes hold it while their data lands.
+pub struct ImageDevice {
+    path: PathBuf,
+    engine: IoEngine,
+    layout: Layout,
+    state: Mutex<State>,
+    /// Serialises `sync` calls so table copies are written in sequence order.
+    sync_lock: Mutex<()>,
+    syncs: AtomicU64,
+    note: Option<String>,
+}
+
+impl ImageDevice {
+    /// Creates a new image (failing if `path` exists): a sparse file holding only a header
+    /// and an all-Empty zone table, made durable before returning.
+    pub fn create(
+        path: impl AsRef<Path>,
+        geometry: Geometry,
+        options: ImageOptions,
+    ) -> Result<Self, DeviceError> {
+        let path = path.as_ref();
+        geometry.validate()?;
+        let layout = Layout::new(geometry).ok_or_else(|| {
+            DeviceError::BadGeometry("device is too large for an image file".to_string())
+        })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => bad(path, "already exists"),
+                _ => bad(path, format!("cannot create: {e}")),
+            })?;
+        let made = Self::init_new(path, file, layout, options);
+        if made.is_err() {
+            // Leave nothing half-made behind; the file is ours, we just created it.
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    fn init_new(
+        path: &Path,
+        file: File,
+        layout: Layout,
+        options: ImageOptions,
+    ) -> Result<Self, DeviceError> {
+        lock_file(path, &file)?;
+        file.set_len(layout.file_len)?;
+        let engine = IoEngine::new(file, options.io)?;
+        let table = ZoneTable::new(layout.geometry)?;
+        let entries = table.persistent_entries();
+        engine.write_at(&encode_header(&layout), 0)?;
+        engine.write_at(&encode_slot(&layout, 1, &entries), layout.slot_offset(0))?;
+        engine.sync_data()?;
+        sync_parent_dir(path)?;
+        Ok(ImageDevice {
+            path: path.to_path_buf(),
+            engine,
+            layout,
+            state: Mutex::new(State {
+                table,
+                persisted: entries,
+                newest_slot: 0,
+                seq: 1,
+            }),
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            note: None,
+        })
+    }
+
+    /// Opens an existing image, taking the geometry from its header. Every structure is
+    /// validated; anything off is a [`DeviceError::BadImage`], never a repair.
+    pub fn open(path: impl AsRef<Path>, options: ImageOptions) -> Result<Self, DeviceError> {
+        let path = path.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| bad(path, format!("cannot open: {e}")))?;
+        lock_file(path, &file)?;
+        let len = file
+            .metadata()
+            .map_err(|e| bad(path, format!("cannot stat: {e}")))?
+            .len();
+        if len < HEADER_LEN {
+            return Err(bad(
+                path,
+                format!("truncated: {len} bytes is shorter than the {HEADER_LEN}-byte header"),
+            ));
+        }
+        let engine = IoEngine::new(file, options.io)?;
+        let mut header = vec![0; HEADER_LEN as usize];
+        engine.read_at(&mut header, 0)?;
+        let layout = decode_header(&header).map_err(|why| bad(path, why))?;
+        if len < layout.file_len {
+            return Err(bad(
+                path,
+                format!(
+                    "truncated: {len} bytes, the geometry needs {}",
+                    layout.file_len
+                ),
+            ));
+        }
+        let mut slots = Vec::with_capacity(2);
+        for slot in 0..2 {
+            let mut buf = vec![0; layout.slot_used()];
+            engine.read_at(&mut buf, layout.slot_offset(slot))?;
+            slots.push(decode_slot(&layout, &buf));
+        }
+        let (newest_slot, seq, entries, note) = choose_slot(slots).map_err(|why| bad(path, why))?;
+        let table = ZoneTable::restore(layout.geometry, &entries)
+            .map_err(|why| bad(path, format!("zone table: {why}")))?;
+        Ok(ImageDevice {
+            path: path.to_path_buf(),
+            engine,
+            layout,
+            state: Mutex::new(State {
+                table,
+                persisted: entries,
+                newest_slot,
+                seq,
+            }),
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            note,
+        })
+    }
+
+    /// Opens the image if it exists, creates it otherwise. An existing image whose geometry
+    /// differs from `geometry` is refused unless `options.accept_existing_geometry`.
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        geometry: Geometry,
+        options: ImageOptions,
+    ) -> Result<Self, DeviceError> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Self::create(path, geometry, options);
+        }
+        let dev = Self::open(path, options)?;
+        let have = dev.layout.geometry;
+        if have != geometry && !options.accept_existing_geometry {
+            return Err(bad(
+                path,
+                format!(
+                    "holds geometry [{}] but [{}] was asked for",
+                    describe(&have),
+                    describe(&geometry)
+                ),
+            ));
+        }
+        Ok(dev)
+    }
+
+    /// The image file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The I/O engine in use: `"io_uring"` or `"sync"`.
+    pub fn io_kind(&self) -> &'static str {
+        self.engine.kind()
+    }
+
+    /// Number of `sync` calls that completed (each is one fdatasync of the image).
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Set when open found the newest zone table copy damaged and used the previous one
+    /// (what a crash during a `sync` leaves); says which copy and why.
+    pub fn recovery_note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    /// Fault injection: makes the zone ReadOnly or Offline (persisted by the next sync).
+    pub fn set_condition(&self, zone: ZoneId, state: ZoneState) -> Result<(), DeviceError> {
+        self.lock().table.set_condition(zone, state)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Table updates are validated before they change anything, so a poisoned lock still
+        // guards a consistent table.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives a reset zone's blocks back to the file system; space only, so a file system
+    /// without hole punching is fine.
+    fn punch(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        let fd = self.engine.file().as_raw_fd();
+        let start = self.layout.zone_start(zone);
+        // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (checked in Layout).
+        let rc = unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start as libc::off_t,
+                self.layout.zone_stride as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => Err(DeviceError::Io(err)),
+        }
+    }
+}
+
+impl ZonedDevice for ImageDevice {
+    fn geometry(&self) -> Geometry {
+        self.layout.geometry
+    }
+
+    fn report_zones(&self) -> Vec<ZoneInfo> {
+        self.lock().table.report()
+    }
+
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.lock().table.info(zone)
+    }
+
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let len = data.len() as u64;
+        let mut st = self.lock();
+        st.table.check_write(zone, offset, len)?;
+        self.engine
+            .write_at(data, self.layout.zone_start(zone) + offset)?;
+        st.table.commit_write(zone, offset, len)
+    }
+
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        let len = data.len() as u64;
+        let mut st = self.lock();
+        let offset = st.table.check_append(zone, len)?;
+        self.engine
+            .write_at(data, self.layout.zone_start(zone) + offset)?;
+        st.table.commit_write(zone, offset, len)?;
+        Ok(offset)
+    }
+
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.lock()
+            .table
+            .check_read(zone, offset, buf.len() as u64)?;
+        // Data below the write pointer does not change until a reset, so the read needs no
+        // lock (a read racing a reset of its own zone is the caller's bug).
+        self.engine
+            .read_at(buf, self.layout.zone_start(zone) + offset)?;
+        Ok(())
+    }
+
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        let mut st = self.lock();
+        let old_wp = st.table.reset(zone)?;
+        if old_wp > 0 {
+            // The zone is reset either way; an error here only means its space is not back.
+            self.punch(zone)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.lock().table.finish(zone)
+    }
+
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.lock().table.open(zone)
+    }
+
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.lock().table.close(zone)
+    }
+
+    fn sync(&self) -> Result<(), DeviceError> {
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut st = self.lock();
+            let entries = st.table.persistent_entries();
+            if entries != st.persisted {
+                let slot = 1 - st.newest_slot;
+                let seq = st.seq + 1;
+                let bytes = encode_slot(&self.layout, seq, &entries);
+                self.engine
+                    .write_at(&bytes, self.layout.slot_offset(slot))?;
+                st.persisted = entries;
+                st.newest_slot = slot;
+                st.seq = seq;
+            }
+        }
+        if let Err(e) = self.engine.sync_data() {
+            // The kernel may have dropped the dirty table pages: write it again next time.
+            self.lock().persisted.clear();
+            return Err(e.into());
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn bad(path: &Path, why: impl Into<String>) -> DeviceError {
+    DeviceError::BadImage {
+        path: path.display().to_string(),
+        why: why.into(),
+    }
+}
+
+fn describe(g: &Geometry) -> String {
+    format!(
+        "{} zones of {} bytes, capacity {}, block {}, max open {}, max active {}",
+        g.zone_count, g.zone_size, g.zone_capacity, g.block_size, g.max_open, g.max_active
+    )
+}
+
+fn lock_file(path: &Path, file: &File) -> Result<(), DeviceError> {
+    // SAFETY: plain syscall on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(bad(path, "image is in use by another process"))
+    } else {
+        Err(bad(path, format!("cannot lock: {err}")))
+    }
+}
+
+fn sync_parent_dir(path: &Path) -> Result<(), DeviceError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()?;
+    Ok(())
+}
+
+fn state_code(s: ZoneState) -> u8 {
+    // The ZNS zone state codes.
+    match s {
+        ZoneState::Empty => 0x1,
+        ZoneState::ImplicitOpen => 0x2,
+        ZoneState::ExplicitOpen => 0x3,
+        ZoneState::Closed => 0x4,
+        ZoneState::ReadOnly => 0xD,
+        ZoneState::Full => 0xE,
+        ZoneState::Offline => 0xF,
+    }
+}
+
+fn state_from_code(c: u8) -> Option<ZoneState> {
+    Some(match c {
+        0x1 => ZoneState::Empty,
+        0x2 => ZoneState::ImplicitOpen,
+        0x3 => ZoneState::ExplicitOpen,
+        0x4 => ZoneState::Closed,
+        0xD => ZoneState::ReadOnly,
+        0xE => ZoneState::Full,
+        0xF => ZoneState::Offline,
+        _ => return None,
+    })
+}
+
+fn put_u32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(buf: &mut [u8], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_u32(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn get_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn encode_header(layout: &Layout) -> Vec<u8> {
+    let g = &layout.geometry;
+    let mut h = vec![0; HEADER_LEN as usize];
+    h[0..8].copy_from_slice(MAGIC);
+    put_u32(&mut h, 8, FORMAT_VERSION);
+    put_u32(&mut h, 12, HEADER_LEN as u32);
+    put_u32(&mut h, 16, g.zone_count);
+    put_u32(&mut h, 20, g.block_size);
+    put_u64(&mut h, 24, g.zone_size);
+    put_u64(&mut h, 32, g.zone_capacity);
+    put_u32(&mut h, 40, g.max_open);
+    put_u32(&mut h, 44, g.max_active);
+    put_u64(&mut h, 48, HEADER_LEN);
+    put_u64(&mut h, 56, layout.slot_len);
+    put_u64(&mut h, 64, layout.data_start);
+    put_u64(&mut h, 72, layout.zone_stride);
+    let crc = crc32c::crc32c(&h[..HEADER_FIELDS]);
+    put_u32(&mut h, HEADER_FIELDS, crc);
+    h
+}
+
+fn decode_header(h: &[u8]) -> Result<Layout, String> {
+    if &h[0..8] != MAGIC {
+        return Err("not a valet ZNS image (bad magic)".to_string());
+    }
+    let version = get_u32(h, 8);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version} is not supported (this build reads {FORMAT_VERSION})"
+        ));
+    }
+    let stored = get_u32(h, HEADER_FIELDS);
+    let computed = crc32c::crc32c(&h[..HEADER_FIELDS]);
+    if stored != computed {
+        return Err(format!(
+            "header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        ));
+    }
+    let geometry = Geometry {
+        zone_count: get_u32(h, 16),
+        block_size: get_u32(h, 20),
+        zone_size: get_u64(h, 24),
+        zone_capacity: get_u64(h, 32),
+        max_open: get_u32(h, 40),
+        max_active: get_u32(h, 44),
+    };
+    geometry
+        .validate()
+        .map_err(|e| format!("header holds an impossible geometry: {e}"))?;
+    let layout = Layout::new(geometry).ok_or_else(|| "header geometry is too large".to_string())?;
+    let stored_layout = (
+        get_u32(h, 12) as u64,
+        get_u64(h, 48),
+        get_u64(h, 56),
+        get_u64(h, 64),
+        get_u64(h, 72),
+    );
+    let expected = (
+        HEADER_LEN,
+        HEADER_LEN,
+        layout.slot_len,
+        layout.data_start,
+        layout.zone_stride,
+    );
+    if stored_layout != expected {
+        return Err(format!(
+            "header layout {stored_layout:?} does not match its geometry (expected {expected:?})"
+        ));
+    }
+    Ok(layout)
+}
+
+fn encode_slot(layout: &Layout, seq: u64, entries: &[(ZoneState, u64)]) -> Vec<u8> {
+    let mut buf = vec![0; layout.slot_used()];
+    put_u64(&mut buf, 0, seq);
+    put_u32(&mut buf, 8, entries.len() as u32);
+    for (i, &(state, wp)) in entries.iter().enumerate() {
+        let at = SLOT_HEAD + i * ENTRY_LEN;
+        put_u64(&mut buf, at, wp);
+        buf[at + 8] = state_code(state);
+    }
+    let end = buf.len() - 4;
+    let crc = crc32c::crc32c(&buf[..end]);
+    put_u32(&mut buf, end, crc);
+    buf
+}
+
+enum Slot {
+    Unused,
+    Valid {
+        seq: u64,
+        entries: Vec<(ZoneState, u64)>,
+    },
+    Corrupt(String),
+}
+
+fn decode_slot(layout: &Layout, buf: &[u8]) -> Slot {
+    if buf.iter().all(|&b| b == 0) {
+        return Slot::Unused;
+    }
+    let end = buf.len() - 4;
+    let stored = get_u32(buf, end);
+    let computed = crc32c::crc32c(&buf[..end]);
+    if stored != computed {
+        return Slot::Corrupt(format!(
+            "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        ));
+    }
+    let seq = get_u64(buf, 0);
+    let count = get_u32(buf, 8);
+    if count != layout.geometry.zone_count {
+        return Slot::Corrupt(format!(
+            "holds {count} zones, the header says {}",
+            layout.geometry.zone_count
+        ));
+    }
+    if seq == 0 {
+        return Slot::Corrupt("sequence number 0".to_string());
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = SLOT_HEAD + i * ENTRY_LEN;
+        let code = buf[at + 8];
+        let Some(state) = state_from_code(code) else {
+            return Slot::Corrupt(format!("zone {i}: unknown state code {code:#x}"));
+        };
+        entries.push((state, get_u64(buf, at)));
+    }
+    Slot::Valid { seq, entries }
+}
+
+type Chosen = (usize, u64, Vec<(ZoneState, u64)>, Option<String>);
+
+/// Picks the newest valid table copy; falling back past a damaged copy is reported.
+fn choose_slot(slots: Vec<Slot>) -> Result<Chosen, String> {
+    let name = |i: usize| if i == 0 { "A" } else { "B" };
+    let mut valid = Vec::new();
+    let mut damaged = Vec::new();
+    for (i, slot) in slots.into_iter().enumerate() {
+        match slot {
+            Slot::Valid { seq, entries } => valid.push((i, seq, entries)),
+            Slot::Corrupt(why) => damaged.push(format!("copy {}: {why}", name(i))),
+            Slot::Unused => {}
+        }
+    }
+    valid.sort_by_key(|v| v.1);
+    match (valid.pop(), valid.pop()) {
+        (Some((_, a, _)), Some((_, b, _))) if a == b => Err(format!(
+            "zone table copies A and B both claim sequence number {a}"
+        )),
+        (Some((i, seq, entries)), _) => {
+            let note = (!damaged.is_empty()).then(|| {
+                format!(
+                    "zone table {}; using copy {} (sequence {seq}), the state of the last completed sync",
+                    damaged.join(", "),
+                    name(i)
+                )
+            });
+            Ok((i, seq, entries, note))
+        }
+        (None, _) if damaged.is_empty() => Err("zone table is missing".to_string()),
+        (None, _) => Err(format!("zone table is corrupt: {}", damaged.join("; "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    const BS: usize = 4096;
+
+    fn geo() -> Geometry {
+        Geometry {
+            zone_count: 4,
+            zone_size: 8 * BS as u64,
+            zone_capacity: 6 * BS as u64,
+            block_size: BS as u32,
+            max_open: 2,
+            max_active: 3,
+        }
+    }
+
+    fn opts(io: IoMode) -> ImageOptions {
+        ImageOptions {
+            io,
+            ..ImageOptions::default()
+        }
+    }
+
+    fn block(b: u8) -> Vec<u8> {
+        vec![b; BS]
+    }
+
+    fn why(e: DeviceError) -> String {
+        match e {
+            DeviceError::BadImage { why, .. } => why,
+            other => panic!("expected BadImage, got {other}"),
+        }
+    }
+
+    fn flip(path: &Path, at: u64) {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x40], at).unwrap();
+    }
+
+    #[test]
+    fn create_reopen_keeps_write_pointers_and_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        {
+            let d = ImageDevice::create(&path, geo(), opts(IoMode::Auto)).unwrap();
+            d.write(0, 0, &block(1)).unwrap();
+            assert_eq!(d.append(0, &block(2)).unwrap(), BS as u64);
+            d.write(1, 0, &block(3)).unwrap();
+            d.finish(1).unwrap();
+            d.write(2, 0, &block(4)).unwrap();
+            d.reset(2).unwrap();
+            d.open(3).unwrap();
+            d.sync().unwrap();
+            assert_eq!(d.sync_count(), 1);
+            assert!(ImageDevice::create(&path, geo(), opts(IoMode::Auto)).is_err());
+        }
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        assert_eq!(d.geometry(), geo());
+        assert!(d.recovery_note().is_none());
+        let states: Vec<_> = d
+            .report_zones()
+            .iter()
+            .map(|z| (z.state, z.write_pointer))
+            .collect();
+        assert_eq!(
+            states,
+            vec![
+                (ZoneState::Closed, 2 * BS as u64),
+                (ZoneState::Full, 6 * BS as u64),
+                (ZoneState::Empty, 0),
+                (ZoneState::Empty, 0),
+            ]
+        );
+        let mut buf = vec![0; 2 * BS];
+        d.read(0, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..BS], &block(1)[..]);
+        assert_eq!(&buf[BS..], &block(2)[..]);
+        let mut full = vec![9; 6 * BS];
+        d.read(1, 0, &mut full).unwrap();
+        assert_eq!(&full[..BS], &block(3)[..]);
+        assert!(full[BS..].iter().all(|&b| b == 0));
+        // Writing carries on at the persisted write pointer.
+        d.write(0, 2 * BS as u64, &block(5)).unwrap();
+        assert!(d.write(0, 0, &block(5)).is_err());
+    }
+
+    #[test]
+    fn unsynced_changes_are_not_persisted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        {
+            let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+            d.write(0, 0, &block(1)).unwrap();
+            d.sync().unwrap();
+            d.write(0, BS as u64, &block(1)).unwrap();
+        }
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        assert_eq!(d.zone_info(0).unwrap().write_pointer, BS as u64);
+    }
+
+    #[test]
+    fn zone_rules_are_enforced() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = ImageDevice::create(dir.path().join("i"), geo(), opts(IoMode::Auto)).unwrap();
+        assert!(matches!(
+            d.write(0, BS as u64, &block(1)),
+            Err(DeviceError::NotAtWritePointer { .. })
+        ));
+        assert!(matches!(
+            d.write(0, 0, &[1; 100]),
+            Err(DeviceError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            d.write(0, 0, &vec![0; 7 * BS]),
+            Err(DeviceError::ZoneBoundary { .. })
+        ));
+        assert!(matches!(
+            d.read(0, 0, &mut [0; 1]),
+            Err(DeviceError::ReadPastWritePointer { .. })
+        ));
+        d.open(0).unwrap();
+        d.open(1).unwrap();
+        assert!(matches!(d.open(2), Err(DeviceError::TooManyOpen(2))));
+        assert!(matches!(d.zone_info(9), Err(DeviceError::NoSuchZone(9))));
+    }
+
+    #[test]
+    fn sync_writes_the_table_only_when_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+        d.sync().unwrap();
+        assert_eq!(d.lock().seq, 1);
+        d.open(0).unwrap(); // open / close do not change what is persisted
+        d.sync().unwrap();
+        assert_eq!(d.lock().seq, 1);
+        d.write(0, 0, &block(1)).unwrap();
+        d.sync().unwrap();
+        d.sync().unwrap();
+        assert_eq!((d.lock().seq, d.lock().newest_slot), (2, 1));
+        d.write(0, BS as u64, &block(1)).unwrap();
+        d.sync().unwrap();
+        assert_eq!((d.lock().seq, d.lock().newest_slot), (3, 0));
+        assert_eq!(d.sync_count(), 5);
+    }
+
+    #[test]
+    fn create_is_sparse_and_reset_punches() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let g = Geometry {
+            zone_count: 16,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            ..geo()
+        };
+        let d = ImageDevice::create(&path, g, opts(IoMode::Auto)).unwrap();
+        let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        assert!(std::fs::metadata(&path).unwrap().len() > 16 << 20);
+        assert!(allocated(&path) < 1 << 20, "image is not sparse");
+        let data = vec![7u8; 1 << 20];
+        d.write(3, 0, &data).unwrap();
+        d.sync().unwrap();
+        let before = allocated(&path);
+        d.reset(3).unwrap();
+        let after = allocated(&path);
+        // Hole punching is optional; where it works the space comes back.
+        assert!(after <= before);
+        d.write(3, 0, &block(1)).unwrap();
+        let mut buf = vec![0; BS];
+        d.read(3, 0, &mut buf).unwrap();
+        assert_eq!(buf, block(1));
+    }
+
+    #[test]
+    fn second_open_is_refused_while_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+        let err = why(ImageDevice::open(&path, opts(IoMode::Sync)).err().unwrap());
+        assert!(err.contains("in use by another process"), "{err}");
+        drop(d);
+        ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+    }
+
+    #[test]
+    fn open_or_create_checks_geometry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        drop(ImageDevice::open_or_create(&path, geo(), opts(IoMode::Sync)).unwrap());
+        drop(ImageDevice::open_or_create(&path, geo(), opts(IoMode::Sync)).unwrap());
+        let other = Geometry {
+            max_active: 4,
+            ..geo()
+        };
+        let err = why(
+            ImageDevice::open_or_create(&path, other, opts(IoMode::Sync))
+                .err()
+                .unwrap(),
+        );
+        assert!(
+            err.contains("max active 3") && err.contains("max active 4"),
+            "{err}"
+        );
+        let accept = ImageOptions {
+            accept_existing_geometry: true,
+            ..opts(IoMode::Sync)
+        };
+        let d = ImageDevice::open_or_create(&path, other, accept).unwrap();
+        assert_eq!(d.geometry(), geo());
+    }
+
+    #[test]
+    fn bad_images_are_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let make = |name: &str| {
+            let p = dir.path().join(name);
+            drop(ImageDevice::create(&p, geo(), opts(IoMode::Sync)).unwrap());
+            p
+        };
+        let open = |p: &Path| why(ImageDevice::open(p, opts(IoMode::Sync)).err().unwrap());
+
+        let p = dir.path().join("missing");
+        assert!(open(&p).contains("cannot open"));
+
+        let p = make("magic");
+        flip(&p, 0);
+        assert!(open(&p).contains("bad magic"));
+
+        let p = make("short");
+        OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        assert!(open(&p).contains("truncated"));
+
+        let p = make("trunc");
+        let len = std::fs::metadata(&p).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(len - 1)
+            .unwrap();
+        assert!(open(&p).contains("truncated"));
+
+        let p = make("header");
+        flip(&p, 30);
+        assert!(open(&p).contains("header checksum"));
+
+        let p = make("version");
+        flip(&p, 8);
+        assert!(open(&p).contains("version"));
+
+        let p = make("table");
+        flip(&p, HEADER_LEN + SLOT_HEAD as u64 + 3);
+        let w = open(&p);
+        assert!(w.contains("zone table is corrupt"), "{w}");
+
+        let p = make("empty");
+        std::fs::write(&p, b"").unwrap();
+        assert!(open(&p).contains("truncated"));
+
+        for w in [
+            open(&dir.path().join("magic")),
+            open(&dir.path().join("table")),
+        ] {
+            assert!(!w.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn inconsistent_table_with_valid_checksum_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        let layout = Layout::new(geo()).unwrap();
+        drop(ImageDevice::create(&p, geo(), opts(IoMode::Sync)).unwrap());
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        let mut entries = vec![(ZoneState::Empty, 0); 4];
+        entries[2] = (ZoneState::Closed, 100 * BS as u64);
+        f.write_all_at(&encode_slot(&layout, 5, &entries), layout.slot_offset(1))
+            .unwrap();
+        let w = why(ImageDevice::open(&p, opts(IoMode::Sync)).err().unwrap());
+        assert!(w.contains("zone 2") && w.contains("capacity"), "{w}");
+        entries[2] = (ZoneState::Empty, BS as u64);
+        f.write_all_at(&encode_slot(&layout, 5, &entries), layout.slot_offset(1))
+            .unwrap();
+        let w = why(ImageDevice::open(&p, opts(IoMode::Sync)).err().unwrap());
+        assert!(w.contains("Empty with write pointer"), "{w}");
+    }
+
+    #[test]
+    fn torn_newest_table_copy_falls_back_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        let layout = Layout::new(geo()).unwrap();
+        {
+            let d = ImageDevice::create(&p, geo(), opts(IoMode::Sync)).unwrap();
+            d.write(0, 0, &block(1)).unwrap();
+            d.sync().unwrap(); // copy B, sequence 2
+            d.write(0, BS as u64, &block(1)).unwrap();
+            d.sync().unwrap(); // copy A, sequence 3
+        }
+        flip(&p, layout.slot_offset(0) + SLOT_HEAD as u64 + 2);
+        {
+            let d = ImageDevice::open(&p, opts(IoMode::Sync)).unwrap();
+            let note = d.recovery_note().unwrap();
+            assert!(
+                note.contains("copy A") && note.contains("using copy B"),
+                "{note}"
+            );
+            assert_eq!(d.zone_info(0).unwrap().write_pointer, BS as u64);
+            // The next sync overwrites the damaged copy.
+            d.write(0, BS as u64, &block(2)).unwrap();
+            d.sync().unwrap();
+        }
+        let d = ImageDevice::open(&p, opts(IoMode::Sync)).unwrap();
+        assert!(d.recovery_note().is_none());
+        assert_eq!(d.zone_info(0).unwrap().write_pointer, 2 * BS as u64);
+        drop(d);
+        // Both copies damaged: refused.
+        flip(&p, layout.slot_offset(0) + 40);
+        flip(&p, layout.slot_offset(1) + 40);
+        let w = why(ImageDevice::open(&p, opts(IoMode::Sync)).err().unwrap());
+        assert!(w.contains("copy A") && w.contains("copy B"), "{w}");
+    }
+
+    #[test]
+    fn uring_and_sync_images_read_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        let pattern: Vec<u8> = (0..3 * BS).map(|i| (i * 7 % 251) as u8).collect();
+        {
+            let d = match ImageDevice::create(&p, geo(), opts(IoMode::Uring)) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("io_uring unavailable here, skipping: {e}");
+                    return;
+                }
+            };
+            assert_eq!(d.io_kind(), "io_uring");
+            d.write(1, 0, &pattern).unwrap();
+            d.sync().unwrap();
+        }
+        let mut reads = Vec::new();
+        for mode in [IoMode::Uring, IoMode::Sync] {
+            let d = ImageDevice::open(&p, opts(mode)).unwrap();
+            let mut buf = vec![0; pattern.len() - 5];
+            d.read(1, 5, &mut buf).unwrap();
+            reads.push(buf);
+        }
+        assert_eq!(reads[0], reads[1]);
+        assert_eq!(reads[0], pattern[5..]);
+    }
+
+    #[test]
+    fn sync_mode_reports_its_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = ImageDevice::create(dir.path().join("i"), geo(), opts(IoMode::Sync)).unwrap();
+        assert_eq!(d.io_kind(), "sync");
+    }
+
+    #[test]
+    fn conditions_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i");
+        {
+            let d = ImageDevice::create(&p, geo(), opts(IoMode::Sync)).unwrap();
+            d.write(0, 0, &block(1)).unwrap();
+            d.set_condition(0, ZoneState::ReadOnly).unwrap();
+            d.set_condition(1, ZoneState::Offline).unwrap();
+            d.sync().unwrap();
+        }
+        let d = ImageDevice::open(&p, opts(IoMode::Sync)).unwrap();
+        assert_eq!(d.zone_info(0).unwrap().state, ZoneState::ReadOnly);
+        assert_eq!(d.zone_info(1).unwrap().state, ZoneState::Offline);
+        let mut buf = vec![0; BS];
+        d.read(0, 0, &mut buf).unwrap();
+        assert_eq!(buf, block(1));
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let d =
+            Arc::new(ImageDevice::create(dir.path().join("i"), geo(), opts(IoMode::Auto)).unwrap());
+        let handles: Vec<_> = (0..2u32)
+            .map(|z| {
+                let d = Arc::clone(&d);
+                std::thread::spawn(move || {
+                    for i in 0..6u64 {
+                        let off = d.append(z, &block(z as u8 + i as u8)).unwrap();
+                        let mut buf = vec![0; BS];
+                        d.read(z, off, &mut buf).unwrap();
+                        assert_eq!(buf, block(z as u8 + i as u8));
+                        d.sync().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(d.zone_info(0).unwrap().state, ZoneState::Full);
+        assert_eq!(d.zone_info(1).unwrap().state, ZoneState::Full);
+    }
+}

@@ -1,0 +1,354 @@
+//! The I/O engine under the image device: io_uring where the kernel allows it, plain
+//! pread / pwrite / fdatasync where it does not (containers often refuse io_uring).
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::str::FromStr;
+use std::sync::{Mutex, MutexGuard};
+
+use io_uring::{opcode, squeue, types, IoUring, Probe};
+
+/// Which I/O engine a device uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IoMode {
+    /// io_uring if the kernel allows it, otherwise pread / pwrite.
+    #[default]
+    Auto,
+    /// io_uring only; opening fails if it is unavailable.
+    Uring,
+    /// pread / pwrite / fdatasync.
+    Sync,
+}
+
+impl FromStr for IoMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(IoMode::Auto),
+            "uring" | "io_uring" => Ok(IoMode::Uring),
+            "sync" => Ok(IoMode::Sync),
+            _ => Err(format!(
+                "unknown I/O mode `{s}` (expected auto, uring or sync)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for IoMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoMode::Auto => "auto",
+            IoMode::Uring => "uring",
+            IoMode::Sync => "sync",
+        })
+    }
+}
+
+/// Largest single request; longer transfers are split.
+const MAX_CHUNK: usize = 1 << 30;
+/// Ring depth: one request is in flight at a time, a few slots spare.
+const RING_ENTRIES: u32 = 8;
+
+struct Ring {
+    ring: IoUring,
+    next_id: u64,
+    /// Set when the kernel refused a submission in a way that may leave our request queued;
+    /// the ring is never entered again, so a stale request can never run.
+    broken: bool,
+}
+
+/// Positional I/O on one file, through io_uring or the plain system calls.
+pub(crate) struct IoEngine {
+    file: File,
+    ring: Option<Mutex<Ring>>,
+}
+
+impl IoEngine {
+    /// Wraps `file` with the engine `mode` asks for.
+    pub(crate) fn new(file: File, mode: IoMode) -> io::Result<Self> {
+        let ring =
+            match mode {
+                IoMode::Sync => None,
+                IoMode::Auto => setup_ring().ok(),
+                IoMode::Uring => Some(setup_ring().map_err(|e| {
+                    io::Error::new(e.kind(), format!("io_uring is unavailable: {e}"))
+                })?),
+            };
+        Ok(IoEngine {
+            file,
+            ring: ring.map(|ring| {
+                Mutex::new(Ring {
+                    ring,
+                    next_id: 0,
+                    broken: false,
+                })
+            }),
+        })
+    }
+
+    /// `"io_uring"` or `"sync"`, for stats and logs.
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.ring.is_some() {
+            "io_uring"
+        } else {
+            "sync"
+        }
+    }
+
+    /// The file underneath, for metadata calls (flock, fallocate, set_len).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Reads exactly `buf.len()` bytes at `pos`; running into the end of the file is an error.
+    pub(crate) fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        let Some(ring) = &self.ring else {
+            return self.file.read_exact_at(buf, pos);
+        };
+        let fd = types::Fd(self.file.as_raw_fd());
+        let mut done = 0;
+        while done < buf.len() {
+            let chunk = &mut buf[done..];
+            let len = chunk.len().min(MAX_CHUNK);
+            let entry = opcode::Read::new(fd, chunk.as_mut_ptr(), len as u32)
+                .offset(pos + done as u64)
+                .build();
+            // SAFETY: `chunk` stays borrowed and alive until `submit` has seen the completion.
+            let n = unsafe { submit(ring, entry)? };
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("end of file at {} reading {} bytes", pos + done as u64, len),
+                ));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes all of `data` at `pos`.
+    pub(crate) fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        let Some(ring) = &self.ring else {
+            return self.file.write_all_at(data, pos);
+        };
+        let fd = types::Fd(self.file.as_raw_fd());
+        let mut done = 0;
+        while done < data.len() {
+            let chunk = &data[done..];
+            let len = chunk.len().min(MAX_CHUNK);
+            let entry = opcode::Write::new(fd, chunk.as_ptr(), len as u32)
+                .offset(pos + done as u64)
+                .build();
+            // SAFETY: `chunk` stays borrowed and alive until `submit` has seen the completion.
+            let n = unsafe { submit(ring, entry)? };
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("write at {} made no progress", pos + done as u64),
+                ));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// fdatasync: written data (and the size needed to find it) is durable on return.
+    pub(crate) fn sync_data(&self) -> io::Result<()> {
+        let Some(ring) = &self.ring else {
+            return self.file.sync_data();
+        };
+        let fd = types::Fd(self.file.as_raw_fd());
+        let entry = opcode::Fsync::new(fd)
+            .flags(types::FsyncFlags::DATASYNC)
+            .build();
+        // SAFETY: fsync references no memory of ours.
+        unsafe { submit(ring, entry) }.map(|_| ())
+    }
+}
+
+/// A ring that can do what we need, or the reason it cannot.
+fn setup_ring() -> io::Result<IoUring> {
+    let ring = IoUring::new(RING_ENTRIES)?;
+    let mut probe = Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    for (code, name) in [
+        (opcode::Read::CODE, "read"),
+        (opcode::Write::CODE, "write"),
+        (opcode::Fsync::CODE, "fsync"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("kernel io_uring lacks the {name} operation"),
+            ));
+        }
+    }
+    Ok(ring)
+}
+
+fn lock(ring: &Mutex<Ring>) -> MutexGuard<'_, Ring> {
+    // The ring holds no invariant a panicking holder could break halfway (see `broken`).
+    ring.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Submits one request, waits for its completion and returns its (non-negative) result.
+/// Retries requests the kernel bounces with EINTR / EAGAIN.
+///
+/// # Safety
+/// Memory the entry points to must stay valid until this returns.
+unsafe fn submit(ring: &Mutex<Ring>, entry: squeue::Entry) -> io::Result<usize> {
+    let mut r = lock(ring);
+    if r.broken {
+        return Err(io::Error::other("io_uring failed earlier on this device"));
+    }
+    loop {
+        r.next_id += 1;
+        let id = r.next_id;
+        let entry = entry.clone().user_data(id);
+        // SAFETY: the caller keeps the buffers alive; we wait for the completion below.
+        if unsafe { r.ring.submission().push(&entry) }.is_err() {
+            return Err(io::Error::other("io_uring submission queue is full"));
+        }
+        let res = loop {
+            if let Some(res) = r
+                .ring
+                .completion()
+                .find(|cqe| cqe.user_data() == id)
+                .map(|cqe| cqe.result())
+            {
+                break res;
+            }
+            match r.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    // Our request may still sit in the queue pointing at the caller's
+                    // buffer; never enter this ring again.
+                    r.broken = true;
+                    return Err(e);
+                }
+            }
+        };
+        if res >= 0 {
+            return Ok(res as usize);
+        }
+        if res != -libc::EINTR && res != -libc::EAGAIN {
+            return Err(io::Error::from_raw_os_error(-res));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    fn engine(dir: &tempfile::TempDir, mode: IoMode) -> io::Result<IoEngine> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.path().join("f"))?;
+        IoEngine::new(file, mode)
+    }
+
+    fn exercise(e: &IoEngine) {
+        let a = pattern(3 * 4096 + 17, 1);
+        e.write_at(&a, 4096).unwrap();
+        e.write_at(&pattern(100, 2), 1).unwrap();
+        e.sync_data().unwrap();
+        let mut buf = vec![0; a.len()];
+        e.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(buf, a);
+        let mut small = vec![0; 100];
+        e.read_at(&mut small, 1).unwrap();
+        assert_eq!(small, pattern(100, 2));
+        let mut past = vec![0; 10];
+        let err = e.read_at(&mut past, 4 * 4096 + 10).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        e.read_at(&mut [], 1 << 40).unwrap();
+    }
+
+    #[test]
+    fn sync_engine_roundtrip() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(&dir, IoMode::Sync).unwrap();
+        assert_eq!(e.kind(), "sync");
+        exercise(&e);
+    }
+
+    #[test]
+    fn uring_engine_roundtrip_matches_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = match engine(&dir, IoMode::Uring) {
+            Ok(e) => e,
+            Err(err) => {
+                eprintln!("io_uring unavailable here, skipping: {err}");
+                return;
+            }
+        };
+        assert_eq!(e.kind(), "io_uring");
+        exercise(&e);
+        // Both engines see the same bytes.
+        let s = engine(&dir, IoMode::Sync).unwrap();
+        let (mut a, mut b) = (vec![0; 5 * 4096], vec![1; 5 * 4096]);
+        e.read_at(&mut a, 0).unwrap();
+        s.read_at(&mut b, 0).unwrap();
+        assert_eq!(a, b);
+        s.write_at(&pattern(4096, 9), 8192).unwrap();
+        e.read_at(&mut a[..4096], 8192).unwrap();
+        assert_eq!(&a[..4096], &pattern(4096, 9)[..]);
+    }
+
+    #[test]
+    fn auto_picks_an_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(&dir, IoMode::Auto).unwrap();
+        assert!(["io_uring", "sync"].contains(&e.kind()));
+        exercise(&e);
+    }
+
+    #[test]
+    fn uring_errors_map_to_io_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro");
+        std::fs::write(&path, b"x").unwrap();
+        let file = File::open(&path).unwrap(); // read only
+        let Ok(e) = IoEngine::new(file, IoMode::Uring) else {
+            eprintln!("io_uring unavailable here, skipping");
+            return;
+        };
+        let err = e.write_at(b"y", 0).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+        // The ring is still usable after a failed request.
+        let mut b = [0u8];
+        e.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"x");
+    }
+
+    #[test]
+    fn io_mode_parses_and_prints() {
+        for m in [IoMode::Auto, IoMode::Uring, IoMode::Sync] {
+            assert_eq!(m.to_string().parse::<IoMode>().unwrap(), m);
+        }
+        assert_eq!(" SYNC ".parse::<IoMode>().unwrap(), IoMode::Sync);
+        assert_eq!("io_uring".parse::<IoMode>().unwrap(), IoMode::Uring);
+        let err = "fast".parse::<IoMode>().unwrap_err();
+        assert!(err.contains("fast"), "{err}");
+        assert_eq!(IoMode::default(), IoMode::Auto);
+    }
+}

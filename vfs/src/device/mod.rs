@@ -1,0 +1,197 @@
+//! Zoned devices: the ZNS / ZBC command set the store is written against.
+//!
+//! A zone is an append-only region with a write pointer. Writes land exactly at the write
+//! pointer (or anywhere the device chooses, with zone append), reads are allowed below it,
+//! reset empties the zone and finish fills it. Open and active resources are limited the way
+//! a drive limits them, and exceeding them fails the way a drive fails.
+//!
+//! Backends: [`MemoryDevice`] (unit tests, with simulated power loss), [`ImageDevice`] (the
+//! embedded default: one image file, io_uring with a pread/pwrite fallback) and
+//! [`ZonefsDevice`] (a zonefs mount of a real drive).
+
+mod image;
+mod io;
+mod memory;
+mod zonefs;
+mod zones;
+
+pub use image::{ImageDevice, ImageOptions};
+pub use io::IoMode;
+pub use memory::MemoryDevice;
+pub use zonefs::{ZonefsDevice, ZonefsOptions};
+pub use zones::ZoneTable;
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a zone on its device.
+pub type ZoneId = u32;
+
+/// The fixed shape of a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    /// Number of sequential-write-required zones.
+    pub zone_count: u32,
+    /// Distance between zone starts, in bytes.
+    pub zone_size: u64,
+    /// Writable bytes of each zone (≤ `zone_size`).
+    pub zone_capacity: u64,
+    /// Write granularity: offsets and lengths of writes are multiples of it.
+    pub block_size: u32,
+    /// Most zones that may be implicitly or explicitly open at once.
+    pub max_open: u32,
+    /// Most zones that may be open or closed (holding a partial write pointer) at once.
+    pub max_active: u32,
+}
+
+impl Geometry {
+    /// Checks the geometry is one a device could have.
+    pub fn validate(&self) -> Result<(), DeviceError> {
+        let bs = self.block_size as u64;
+        let bad = |why: &str| Err(DeviceError::BadGeometry(why.to_string()));
+        if self.block_size < 512 || !self.block_size.is_power_of_two() {
+            return bad("block size must be a power of two ≥ 512");
+        }
+        if self.zone_count == 0 {
+            return bad("device has no zones");
+        }
+        if self.zone_capacity == 0 || self.zone_capacity > self.zone_size {
+            return bad("zone capacity must be in 1..=zone size");
+        }
+        if self.zone_size % bs != 0 || self.zone_capacity % bs != 0 {
+            return bad("zone size and capacity must be multiples of the block size");
+        }
+        if self.max_open == 0 || self.max_active == 0 || self.max_open > self.max_active {
+            return bad("need 0 < max_open ≤ max_active");
+        }
+        Ok(())
+    }
+
+    /// Total writable bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.zone_capacity * self.zone_count as u64
+    }
+
+    /// Blocks per zone capacity.
+    pub fn blocks_per_zone(&self) -> u64 {
+        self.zone_capacity / self.block_size as u64
+    }
+}
+
+/// Zone conditions, as in the ZNS specification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ZoneState {
+    /// Nothing written (write pointer 0); holds no resources.
+    Empty,
+    /// Opened by a write; the device may close it to make room for another open.
+    ImplicitOpen,
+    /// Opened by an open command; stays open until closed, finished or filled.
+    ExplicitOpen,
+    /// Partially written and not open; still holds an active resource.
+    Closed,
+    /// Written to capacity or finished; read only until reset.
+    Full,
+    /// Fault: readable, never writable again.
+    ReadOnly,
+    /// Fault: neither readable nor writable.
+    Offline,
+}
+
+impl ZoneState {
+    /// Open zones count against `max_open`.
+    pub fn is_open(self) -> bool {
+        matches!(self, ZoneState::ImplicitOpen | ZoneState::ExplicitOpen)
+    }
+
+    /// Open and closed zones count against `max_active`.
+    pub fn is_active(self) -> bool {
+        self.is_open() || self == ZoneState::Closed
+    }
+}
+
+/// One row of a zone report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneInfo {
+    /// The zone.
+    pub id: ZoneId,
+    /// Its condition.
+    pub state: ZoneState,
+    /// Bytes written from the zone start.
+    pub write_pointer: u64,
+    /// Writable bytes of the zone.
+    pub capacity: u64,
+}
+
+/// What a zoned device refuses, named the way a drive reports it.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("zone {0} does not exist")]
+    NoSuchZone(ZoneId),
+    #[error("zone {zone}: write at {offset} is not at the write pointer {write_pointer}")]
+    NotAtWritePointer {
+        zone: ZoneId,
+        offset: u64,
+        write_pointer: u64,
+    },
+    #[error("zone {zone}: offset {offset} or length {len} is not block aligned")]
+    Unaligned { zone: ZoneId, offset: u64, len: u64 },
+    #[error("zone {zone}: write of {len} bytes at {offset} crosses the zone capacity")]
+    ZoneBoundary { zone: ZoneId, offset: u64, len: u64 },
+    #[error("zone {zone}: read of {len} bytes at {offset} goes past the write pointer")]
+    ReadPastWritePointer { zone: ZoneId, offset: u64, len: u64 },
+    #[error("zone {zone} is {state:?}: {op} not allowed")]
+    InvalidState {
+        zone: ZoneId,
+        state: ZoneState,
+        op: &'static str,
+    },
+    #[error("too many open zones (max {0})")]
+    TooManyOpen(u32),
+    #[error("too many active zones (max {0})")]
+    TooManyActive(u32),
+    #[error("bad geometry: {0}")]
+    BadGeometry(String),
+    #[error("image {path}: {why}")]
+    BadImage { path: String, why: String },
+    #[error("device I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The zoned block interface the store uses.
+///
+/// All methods take `&self`: backends keep their zone table behind their own lock, so a
+/// device can be shared (`Arc<dyn ZonedDevice>`) by the store and by tools that inspect it.
+pub trait ZonedDevice: Send + Sync {
+    /// The fixed shape of the device.
+    fn geometry(&self) -> Geometry;
+
+    /// The state of every zone, in zone order.
+    fn report_zones(&self) -> Vec<ZoneInfo>;
+
+    /// The state of one zone.
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError>;
+
+    /// Writes `data` at `offset`, which must equal the zone's write pointer. Block aligned.
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
+
+    /// Writes `data` wherever the write pointer is and returns the offset it landed at.
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError>;
+
+    /// Reads `buf.len()` bytes at `offset`; the whole range must lie below the write pointer.
+    /// Neither offset nor length needs to be aligned.
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError>;
+
+    /// Empties the zone: write pointer back to 0, state Empty, resources released.
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError>;
+
+    /// Moves the zone to Full without writing the rest of it; resources released.
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError>;
+
+    /// Explicitly opens the zone (it stays open until closed, finished or filled).
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError>;
+
+    /// Closes an open zone; it stays active while its write pointer is past 0.
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError>;
+
+    /// Makes every completed write, reset and finish durable (a device cache flush).
+    fn sync(&self) -> Result<(), DeviceError>;
+}

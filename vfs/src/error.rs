@@ -1,0 +1,65 @@
+//! The store's error type, with the errno a POSIX filesystem would give for each case.
+
+use crate::device::DeviceError;
+
+/// Result of store operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("path leaves its mount")]
+    Escape,
+    #[error("bad file handle")]
+    BadHandle,
+    #[error("file not open for {0}")]
+    NotPermitted(&'static str),
+    #[error("file too large")]
+    TooLarge,
+    #[error("no space left on device: {0}")]
+    NoSpace(String),
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("host I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The errno (Linux numbering) a POSIX filesystem would return.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound => libc::ENOENT,
+            Error::Exists => libc::EEXIST,
+            Error::NotDir => libc::ENOTDIR,
+            Error::IsDir => libc::EISDIR,
+            Error::NotEmpty => libc::ENOTEMPTY,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::Escape => libc::EPERM,
+            Error::BadHandle | Error::NotPermitted(_) => libc::EBADF,
+            Error::TooLarge => libc::EFBIG,
+            Error::NoSpace(_) => libc::ENOSPC,
+            Error::Unsupported(_) => libc::ENOTSUP,
+            Error::Corrupt(_) | Error::Device(_) => libc::EIO,
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}

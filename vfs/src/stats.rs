@@ -1,0 +1,69 @@
+//! Accounting: what the host asked to write, what the device wrote, what GC moved.
+
+use serde::{Deserialize, Serialize};
+
+/// Counters of one stream of one tenant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamStats {
+    pub tenant: u32,
+    pub tenant_name: String,
+    pub stream: u32,
+    /// Bytes the guest wrote to files of this stream.
+    pub host_bytes: u64,
+    /// Bytes written to this stream's zones: flushed extents (padded to blocks) and GC copies.
+    pub device_bytes: u64,
+    pub gc_bytes_moved: u64,
+    /// Zones the stream owns now.
+    pub zones: u32,
+    pub waf: f64,
+}
+
+/// Counters of one tenant (the sum of its streams, plus its conventional-area writes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantStats {
+    pub tenant: u32,
+    pub name: String,
+    pub host_bytes: u64,
+    pub device_bytes: u64,
+    pub gc_bytes_moved: u64,
+    pub conventional_bytes: u64,
+    pub waf: f64,
+}
+
+/// The store's accounting, as exported (`--stats-json`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Bytes the guests asked to write to zoned files.
+    pub host_bytes: u64,
+    /// Bytes written to data zones: extents (padded to blocks) plus GC copies.
+    pub device_bytes: u64,
+    pub gc_bytes_moved: u64,
+    /// Metadata journal and checkpoint bytes (not part of `waf`).
+    pub meta_bytes: u64,
+    /// Bytes written to conventional-area files (a host directory, not the zoned device).
+    pub conventional_bytes: u64,
+    pub zone_resets: u64,
+    pub zone_finishes: u64,
+    /// Device cache flushes: one per acknowledged sync that had something to make durable.
+    pub device_syncs: u64,
+    /// device_bytes / host_bytes (1.0 when nothing was written).
+    pub waf: f64,
+    /// (device_bytes + meta_bytes) / host_bytes.
+    pub waf_with_meta: f64,
+    pub zones: u32,
+    pub free_zones: u32,
+    pub zone_capacity: u64,
+    /// Bytes of valid data on the device.
+    pub live_bytes: u64,
+    pub streams: Vec<StreamStats>,
+    pub tenants: Vec<TenantStats>,
+}
+
+/// `num / den`, 1.0 for an empty denominator.
+pub(crate) fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        1.0
+    } else {
+        num as f64 / den as f64
+    }
+}

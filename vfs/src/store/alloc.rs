@@ -1,0 +1,182 @@
+//! The ZNS resolver and zone lifecycle: which zone a stream appends to, opening zones within
+//! the device's active limit, resetting zones whose data all died.
+
+use super::state::MetaOp;
+use super::zone_map::{StreamKey, ZoneUse};
+use super::Inner;
+use crate::device::ZoneId;
+use crate::hint::Hint;
+use crate::resolver::ZnsHead;
+use crate::{Error, Result};
+
+impl Inner {
+    fn blocks_per_zone(&self) -> u64 {
+        self.state.geometry.blocks_per_zone()
+    }
+
+    /// Chooses where up to `want` blocks of stream `key` go: `(zone, first block, blocks)`.
+    /// The caller writes them and calls [`Inner::advance`]. `for_gc` may dip into the
+    /// reserve and never starts another collection.
+    pub(super) fn allocate(
+        &mut self,
+        key: StreamKey,
+        hint: &Hint,
+        want: u32,
+        for_gc: bool,
+    ) -> Result<(ZoneId, u32, u32)> {
+        let cap = self.blocks_per_zone();
+        if let Some(head) = self.heads.get(&key).copied() {
+            let wp = self.wp[head.zone as usize];
+            if wp >= cap {
+                self.heads.remove(&key);
+            } else if !head.accepts(hint) && wp > 0 {
+                // The policy wants this lifetime group apart: seal the zone.
+                self.finish_zone(head.zone)?;
+                self.heads.remove(&key);
+            } else {
+                self.heads.get_mut(&key).expect("head").group = hint.group;
+                let tick = self.touch();
+                self.head_used.insert(key, tick);
+                return Ok((head.zone, wp as u32, (cap - wp).min(want as u64) as u32));
+            }
+        }
+        let zone = self.open_zone(key, for_gc)?;
+        self.heads.insert(
+            key,
+            ZnsHead {
+                zone,
+                group: hint.group,
+            },
+        );
+        let tick = self.touch();
+        self.head_used.insert(key, tick);
+        Ok((zone, 0, cap.min(want as u64) as u32))
+    }
+
+    /// Notes that `blocks` were written at the zone's write pointer.
+    pub(super) fn advance(&mut self, zone: ZoneId, blocks: u32) {
+        self.wp[zone as usize] += blocks as u64;
+        self.unsynced_writes = true;
+    }
+
+    /// Data zones holding a partial write pointer: each holds an active-zone resource.
+    fn active_data_zones(&self) -> usize {
+        let cap = self.blocks_per_zone();
+        self.wp
+            .iter()
+            .enumerate()
+            .filter(|(z, &wp)| {
+                wp > 0 && wp < cap && !matches!(self.state.zones.owner[*z], Some(ZoneUse::Meta))
+            })
+            .count()
+    }
+
+    /// How many data zones may be active: the device limit less the metadata zone and the
+    /// one a checkpoint briefly needs.
+    fn active_budget(&self) -> usize {
+        (self.state.geometry.max_active as usize)
+            .saturating_sub(2)
+            .max(1)
+    }
+
+    /// Takes a free zone for stream `key`, making room under the active limit first.
+    fn open_zone(&mut self, key: StreamKey, for_gc: bool) -> Result<ZoneId> {
+        while self.active_data_zones() >= self.active_budget() {
+            if !self.to_reset.is_empty() {
+                self.commit()?;
+                continue;
+            }
+            // Seal the least recently used other stream's zone (what a drive would need).
+            let victim = self
+                .heads
+                .iter()
+                .filter(|(k, h)| **k != key && self.wp[h.zone as usize] > 0)
+                .min_by_key(|(k, _)| self.head_used.get(k).copied().unwrap_or(0))
+                .map(|(k, h)| (*k, h.zone));
+            let Some((victim_key, zone)) = victim else {
+                return Err(Error::NoSpace(
+                    "more streams than the device's active zones allow".into(),
+                ));
+            };
+            self.finish_zone(zone)?;
+            self.heads.remove(&victim_key);
+        }
+        let zone = self.take_free_zone(for_gc)?;
+        self.record(MetaOp::AssignZone {
+            zone,
+            owner: ZoneUse::Data(key),
+        })?;
+        Ok(zone)
+    }
+
+    /// A free zone, collecting garbage when free zones run short.
+    fn take_free_zone(&mut self, for_gc: bool) -> Result<ZoneId> {
+        if !for_gc && (self.free.len() as u32) < self.config.gc_threshold_zones {
+            self.gc_until(self.config.gc_threshold_zones)?;
+        }
+        loop {
+            let reserve = if for_gc {
+                0
+            } else {
+                self.config.gc_reserve_zones as usize
+            };
+            if self.free.len() > reserve {
+                let zone = *self.free.iter().next().expect("non-empty");
+                self.free.remove(&zone);
+                return Ok(zone);
+            }
+            if !self.to_reset.is_empty() {
+                self.commit()?;
+                continue;
+            }
+            if for_gc || !self.gc_one()? {
+                let live = self.state.zones.total_valid() * self.state.block_size();
+                return Err(Error::NoSpace(format!(
+                    "{live} bytes of live data fill the device's {} bytes",
+                    self.state.geometry.capacity_bytes()
+                )));
+            }
+        }
+    }
+
+    pub(super) fn finish_zone(&mut self, zone: ZoneId) -> Result<()> {
+        self.device.finish(zone)?;
+        self.wp[zone as usize] = self.blocks_per_zone();
+        self.counters.finishes += 1;
+        self.unsynced_writes = true;
+        Ok(())
+    }
+
+    /// Moves zones whose last valid block died to the reset list (reset after the commit
+    /// that makes their death durable).
+    pub(super) fn reclaim_emptied(&mut self) {
+        while let Some(zone) = self.state.emptied.pop() {
+            if self.state.zones.valid_blocks(zone) != 0 {
+                continue;
+            }
+            let Some(ZoneUse::Data(key)) = self.state.zones.owner[zone as usize] else {
+                continue;
+            };
+            if self.heads.get(&key).is_some_and(|h| h.zone == zone) {
+                self.heads.remove(&key);
+            }
+            self.to_reset.insert(zone);
+        }
+    }
+
+    /// Resets the zones freed by the last commit and returns them to the free list.
+    pub(super) fn reset_freed_zones(&mut self) -> Result<()> {
+        let zones = std::mem::take(&mut self.to_reset);
+        for zone in zones {
+            if self.state.zones.valid_blocks(zone) != 0 {
+                continue;
+            }
+            self.device.reset(zone)?;
+            self.wp[zone as usize] = 0;
+            self.counters.resets += 1;
+            self.record(MetaOp::ReleaseZone { zone })?;
+            self.free.insert(zone);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! The invariant checker: extents below write pointers, validity bitmaps that agree with the
+//! extent maps, no block owned twice, a namespace that is a tree per tenant.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::state::{FileKind, Ino};
+use super::zone_map::{ZoneMap, ZoneUse};
+use super::Inner;
+use crate::{Error, Result};
+
+/// What fsck counted, and every problem it found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub extents: u64,
+    pub valid_blocks: u64,
+    pub problems: Vec<String>,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The report as a `Result`: clean, or a `Corrupt` error listing the first problems.
+    pub fn into_result(self) -> Result<FsckReport> {
+        if self.is_clean() {
+            return Ok(self);
+        }
+        let shown: Vec<_> = self.problems.iter().take(5).cloned().collect();
+        Err(Error::Corrupt(format!(
+            "fsck found {} problem(s): {}",
+            self.problems.len(),
+            shown.join("; ")
+        )))
+    }
+}
+
+pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
+    let state = &inner.state;
+    let g = state.geometry;
+    let bs = g.block_size as u64;
+    let mut report = FsckReport::default();
+    let mut problem = |p: String| report.problems.push(p);
+    let device_zones = inner.device.report_zones();
+
+    // Extents: inside the device, below the write pointer, in a zone of the file's tenant;
+    // rebuilt validity must match the live bitmaps, with no block claimed twice.
+    let mut rebuilt = ZoneMap::new(g.zone_count, g.blocks_per_zone());
+    let mut files = 0;
+    let mut dirs = 0;
+    let mut extents = 0;
+    for (&ino, inode) in &state.inodes {
+        match inode.kind {
+            FileKind::File => files += 1,
+            FileKind::Dir => dirs += 1,
+        }
+        let size_blocks = inode.size.div_ceil(bs);
+        for (file_block, ext) in inode.extents.iter() {
+            extents += 1;
+            if ext.zone >= g.zone_count || ext.len == 0 {
+                problem(format!("inode {ino}: extent {ext:?} outside the device"));
+                continue;
+            }
+            let end = ext.block as u64 + ext.len as u64;
+            let wp = device_zones[ext.zone as usize].write_pointer / bs;
+            if end > wp {
+                problem(format!(
+                    "inode {ino}: extent ends at block {end} of zone {} past its write pointer {wp}",
+                    ext.zone
+                ));
+            }
+            match state.zones.owner[ext.zone as usize] {
+                Some(ZoneUse::Data(key)) if key.tenant == inode.tenant => {}
+                other => problem(format!(
+                    "inode {ino} (tenant {}): extent in zone {} owned by {other:?}",
+                    inode.tenant, ext.zone
+                )),
+            }
+            if file_block + ext.len as u64 > size_blocks {
+                problem(format!(
+                    "inode {ino}: extent at block {file_block} past the file size"
+                ));
+            }
+            rebuilt.mark_valid(ext.zone, ext.block, ext.len);
+        }
+    }
+    if rebuilt.inconsistencies > 0 {
+        problem(format!(
+            "{} blocks are owned by two extents",
+            rebuilt.inconsistencies
+        ));
+    }
+    if state.zones.inconsistencies > 0 {
+        problem(format!(
+            "{} validity updates did not match the bitmaps",
+            state.zones.inconsistencies
+        ));
+    }
+    for zone in 0..g.zone_count {
+        let (live, built) = (
+            &state.zones.validity[zone as usize],
+            &rebuilt.validity[zone as usize],
+        );
+        if live.valid_blocks() != built.valid_blocks()
+            || (0..g.blocks_per_zone() as u32).any(|b| live.is_valid(b) != built.is_valid(b))
+        {
+            problem(format!(
+                "zone {zone}: validity bitmap disagrees with the extent maps"
+            ));
+        }
+    }
+    for zone in &inner.free {
+        if state.zones.owner[*zone as usize].is_some()
+            || device_zones[*zone as usize].write_pointer > 0
+        {
+            problem(format!("free zone {zone} is owned or written"));
+        }
+    }
+
+    // Namespace: entries point at live inodes, link counts match, each directory has one
+    // parent entry, and everything linked is reachable from its tenant's root.
+    let mut links: HashMap<Ino, u32> = HashMap::new();
+    for (&dir, inode) in &state.inodes {
+        for (name, &child) in &inode.entries {
+            match state.inodes.get(&child) {
+                None => problem(format!(
+                    "dir {dir}: entry {name:?} names missing inode {child}"
+                )),
+                Some(c) => {
+                    *links.entry(child).or_default() += 1;
+                    if c.kind == FileKind::Dir && c.parent != dir {
+                        problem(format!(
+                            "dir {child} is in dir {dir} but names {} as parent",
+                            c.parent
+                        ));
+                    }
+                    if c.tenant != inode.tenant {
+                        problem(format!(
+                            "dir {dir}: entry {name:?} belongs to another tenant"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let roots: Vec<Ino> = state.tenants.iter().map(|t| t.root).collect();
+    for (&ino, inode) in &state.inodes {
+        let counted = links.get(&ino).copied().unwrap_or(0) + roots.contains(&ino) as u32;
+        if counted != inode.nlink {
+            let open = inner.open.contains_key(&ino);
+            if !(inode.nlink == 0 && counted == 0 && open) {
+                problem(format!(
+                    "inode {ino}: nlink {} but {counted} entries",
+                    inode.nlink
+                ));
+            }
+        }
+        if inode.kind == FileKind::Dir && counted > 1 {
+            problem(format!("dir {ino} has {counted} entries"));
+        }
+    }
+    let mut reached = 0usize;
+    let mut stack = roots.clone();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(dir) = stack.pop() {
+        if !seen.insert(dir) {
+            problem(format!("dir {dir} reached twice: the tree has a cycle"));
+            continue;
+        }
+        reached += 1;
+        if let Some(inode) = state.inodes.get(&dir) {
+            for &child in inode.entries.values() {
+                match state.inodes.get(&child) {
+                    Some(c) if c.kind == FileKind::Dir => stack.push(child),
+                    _ => {}
+                }
+            }
+        }
+    }
+    if reached != dirs as usize {
+        problem(format!(
+            "{} directories are not reachable from a tenant root",
+            dirs as usize - reached.min(dirs as usize)
+        ));
+    }
+    report.files = files;
+    report.dirs = dirs;
+    report.extents = extents;
+    report.valid_blocks = state.zones.total_valid();
+    Ok(report)
+}

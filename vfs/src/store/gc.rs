@@ -1,0 +1,94 @@
+//! Garbage collection: migrate the valid extents of the zone with the fewest valid blocks
+//! into the same stream's head zone, then reset it once the move is durable.
+
+use super::extent_map::Extent;
+use super::state::{Ino, MetaOp};
+use super::zone_map::ZoneUse;
+use super::Inner;
+use crate::device::ZoneId;
+use crate::hint::Hint;
+use crate::Result;
+
+impl Inner {
+    /// Collects until `target` zones are free or no zone is worth collecting.
+    pub(super) fn gc_until(&mut self, target: u32) -> Result<()> {
+        while (self.free.len() as u32) < target {
+            if !self.to_reset.is_empty() {
+                self.commit()?;
+                continue;
+            }
+            if !self.gc_one()? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The sealed data zone with the fewest valid blocks, if moving them gains space.
+    fn gc_victim(&self) -> Option<ZoneId> {
+        let cap = self.state.geometry.blocks_per_zone();
+        let heads: Vec<ZoneId> = self.heads.values().map(|h| h.zone).collect();
+        (0..self.state.geometry.zone_count)
+            .filter(|z| matches!(self.state.zones.owner[*z as usize], Some(ZoneUse::Data(_))))
+            .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
+            .filter(|z| self.wp[*z as usize] >= cap)
+            .map(|z| (z, self.state.zones.valid_blocks(z) as u64))
+            .filter(|&(_, valid)| valid < cap)
+            .min_by_key(|&(_, valid)| valid)
+            .map(|(z, _)| z)
+    }
+
+    /// Migrates one victim zone. Returns false when there is nothing worth collecting.
+    pub(super) fn gc_one(&mut self) -> Result<bool> {
+        let Some(victim) = self.gc_victim() else {
+            return Ok(false);
+        };
+        let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
+            return Ok(false);
+        };
+        let mut moving: Vec<(Ino, u64, Extent)> = Vec::new();
+        for (&ino, inode) in &self.state.inodes {
+            for (file_block, ext) in inode.extents.iter() {
+                if ext.zone == victim {
+                    moving.push((ino, file_block, ext));
+                }
+            }
+        }
+        moving.sort_by_key(|(_, _, e)| e.block);
+        let bs = self.state.block_size();
+        let group = self.heads.get(&key).map_or(0, |h| h.group);
+        let hint = Hint {
+            group,
+            ..Hint::zoned(key.stream)
+        };
+        for (ino, file_block, ext) in moving {
+            let mut data = vec![0u8; ext.len as usize * bs as usize];
+            self.device.read(victim, ext.block as u64 * bs, &mut data)?;
+            let mut done = 0u32;
+            while done < ext.len {
+                let (zone, block, n) = self.allocate(key, &hint, ext.len - done, true)?;
+                let bytes = &data[(done as u64 * bs) as usize..((done + n) as u64 * bs) as usize];
+                self.device.write(zone, block as u64 * bs, bytes)?;
+                self.advance(zone, n);
+                let c = self.counters.streams.entry(key).or_default();
+                c.gc += bytes.len() as u64;
+                c.device += bytes.len() as u64;
+                let crc = crc32c::crc32c(bytes);
+                self.record(MetaOp::MapExtent {
+                    ino,
+                    file_block: file_block + done as u64,
+                    extent: Extent {
+                        zone,
+                        block,
+                        len: n,
+                    },
+                    crc,
+                })?;
+                done += n;
+            }
+        }
+        // The moves are durable before the victim is reset.
+        self.commit()?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,271 @@
+//! The metadata journal: crc32c-checked records in two metadata zones.
+//!
+//! A record is a 32-byte header and a postcard payload, padded to whole blocks:
+//!
+//! ```text
+//! magic "VJRN" | kind u8 | 3 pad | seq u64 | payload len u32 | payload crc u32 | header crc u32 | 4 pad
+//! ```
+//!
+//! Each metadata zone starts with a checkpoint (a [`Snapshot`]) followed by transactions
+//! (lists of [`MetaOp`]) with consecutive sequence numbers. When the active zone is full the
+//! next checkpoint goes to the other zone, which then becomes active; recovery takes the zone
+//! whose checkpoint is newest and replays its transactions up to the first torn record.
+
+use std::sync::Arc;
+
+use super::state::{MetaOp, Snapshot};
+use crate::device::{ZoneId, ZonedDevice};
+use crate::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"VJRN";
+const HEADER_LEN: usize = 32;
+
+/// What a record holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    Checkpoint = 1,
+    Transaction = 2,
+}
+
+/// A record read back from a metadata zone.
+pub struct Record {
+    pub kind: RecordKind,
+    pub seq: u64,
+    pub payload: Vec<u8>,
+}
+
+/// Lays out one record, padded to `block_size`.
+pub fn encode(kind: RecordKind, seq: u64, payload: &[u8], block_size: u64) -> Vec<u8> {
+    let total = ((HEADER_LEN + payload.len()) as u64).div_ceil(block_size) * block_size;
+    let mut out = vec![0u8; total as usize];
+    out[0..4].copy_from_slice(MAGIC);
+    out[4] = kind as u8;
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    out[20..24].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let header_crc = crc32c::crc32c(&out[0..24]);
+    out[24..28].copy_from_slice(&header_crc.to_le_bytes());
+    out[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+    out
+}
+
+struct Header {
+    kind: RecordKind,
+    seq: u64,
+    payload_len: u64,
+    payload_crc: u32,
+}
+
+fn decode_header(b: &[u8]) -> Option<Header> {
+    let word = |r: std::ops::Range<usize>| u32::from_le_bytes(b[r].try_into().unwrap());
+    if &b[0..4] != MAGIC || word(24..28) != crc32c::crc32c(&b[0..24]) {
+        return None;
+    }
+    let kind = match b[4] {
+        1 => RecordKind::Checkpoint,
+        2 => RecordKind::Transaction,
+        _ => return None,
+    };
+    Some(Header {
+        kind,
+        seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+        payload_len: word(16..20) as u64,
+        payload_crc: word(20..24),
+    })
+}
+
+/// Reads the valid records of a metadata zone, stopping at the first torn or foreign one.
+pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<Vec<Record>> {
+    let bs = device.geometry().block_size as u64;
+    let wp = device.zone_info(zone)?.write_pointer;
+    let mut records = Vec::new();
+    let mut pos = 0u64;
+    let mut block = vec![0u8; bs as usize];
+    while pos + bs <= wp {
+        device.read(zone, pos, &mut block)?;
+        let Some(h) = decode_header(&block) else {
+            break;
+        };
+        let total = (HEADER_LEN as u64 + h.payload_len).div_ceil(bs) * bs;
+        if pos + total > wp {
+            break;
+        }
+        let mut payload = vec![0u8; h.payload_len as usize];
+        let first = (bs as usize - HEADER_LEN).min(payload.len());
+        payload[..first].copy_from_slice(&block[HEADER_LEN..HEADER_LEN + first]);
+        if payload.len() > first {
+            device.read(zone, pos + bs, &mut payload[first..])?;
+        }
+        if crc32c::crc32c(&payload) != h.payload_crc {
+            break;
+        }
+        records.push(Record {
+            kind: h.kind,
+            seq: h.seq,
+            payload,
+        });
+        pos += total;
+    }
+    Ok(records)
+}
+
+/// The writer side: which metadata zone is active and the next sequence number.
+pub struct Journal {
+    device: Arc<dyn ZonedDevice>,
+    zones: [ZoneId; 2],
+    active: usize,
+    next_seq: u64,
+    /// Bytes of metadata records written (accounting).
+    pub bytes_written: u64,
+}
+
+/// The metadata zones: the first two zones of the device.
+pub const META_ZONES: [ZoneId; 2] = [0, 1];
+
+impl Journal {
+    pub fn new(device: Arc<dyn ZonedDevice>, active: usize, next_seq: u64) -> Self {
+        Journal {
+            device,
+            zones: META_ZONES,
+            active,
+            next_seq,
+            bytes_written: 0,
+        }
+    }
+
+    /// Appends a transaction, or returns `Ok(false)` when it does not fit the active zone
+    /// (the caller then writes a checkpoint instead). Not durable until the device syncs.
+    pub fn append(&mut self, ops: &[MetaOp]) -> Result<bool> {
+        let payload = postcard::to_stdvec(ops)
+            .map_err(|e| Error::Corrupt(format!("encoding a transaction: {e}")))?;
+        let geometry = self.device.geometry();
+        let record = encode(
+            RecordKind::Transaction,
+            self.next_seq,
+            &payload,
+            geometry.block_size as u64,
+        );
+        let zone = self.zones[self.active];
+        let wp = self.device.zone_info(zone)?.write_pointer;
+        if wp + record.len() as u64 > geometry.zone_capacity {
+            return Ok(false);
+        }
+        self.device.write(zone, wp, &record)?;
+        self.bytes_written += record.len() as u64;
+        self.next_seq += 1;
+        Ok(true)
+    }
+
+    /// Writes a checkpoint into the other metadata zone and makes it the active one.
+    ///
+    /// Everything the checkpoint refers to must already be durable: the caller syncs the
+    /// device before (so the data) and after (so the checkpoint). The zone it replaces is
+    /// finished once the new checkpoint is durable, see [`Journal::retire_previous`].
+    pub fn checkpoint(&mut self, snapshot: &Snapshot) -> Result<()> {
+        let payload = postcard::to_stdvec(snapshot)
+            .map_err(|e| Error::Corrupt(format!("encoding a checkpoint: {e}")))?;
+        let geometry = self.device.geometry();
+        let record = encode(
+            RecordKind::Checkpoint,
+            self.next_seq,
+            &payload,
+            geometry.block_size as u64,
+        );
+        // Leave room for transactions after the checkpoint, or we would checkpoint forever.
+        if record.len() as u64 > geometry.zone_capacity / 2 {
+            return Err(Error::NoSpace(format!(
+                "metadata checkpoint of {} bytes exceeds half a zone ({} bytes)",
+                record.len(),
+                geometry.zone_capacity
+            )));
+        }
+        let next = 1 - self.active;
+        let zone = self.zones[next];
+        self.device.reset(zone)?;
+        self.device.write(zone, 0, &record)?;
+        self.bytes_written += record.len() as u64;
+        self.next_seq += 1;
+        self.active = next;
+        Ok(())
+    }
+
+    /// Finishes the metadata zone that the last checkpoint replaced, so it stops holding an
+    /// active-zone resource. Call after the checkpoint is durable.
+    pub fn retire_previous(&mut self) -> Result<()> {
+        let old = self.zones[1 - self.active];
+        let info = self.device.zone_info(old)?;
+        if info.state.is_active() {
+            self.device.finish(old)?;
+        }
+        Ok(())
+    }
+}
+
+/// What recovery found in the metadata zones.
+pub struct Recovered {
+    pub snapshot: Snapshot,
+    pub transactions: Vec<Vec<MetaOp>>,
+    /// Index of the zone (0 or 1) the checkpoint came from.
+    pub active: usize,
+    pub last_seq: u64,
+}
+
+/// Finds the newest checkpoint and the transactions after it.
+pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
+    let mut best: Option<(usize, Vec<Record>)> = None;
+    for (i, zone) in META_ZONES.iter().enumerate() {
+        let records = read_zone(device, *zone)?;
+        let Some(first) = records.first() else {
+            continue;
+        };
+        if first.kind != RecordKind::Checkpoint {
+            continue;
+        }
+        if best.as_ref().is_none_or(|(_, b)| b[0].seq < first.seq) {
+            best = Some((i, records));
+        }
+    }
+    let Some((active, records)) = best else {
+        return Ok(None);
+    };
+    let snapshot: Snapshot = postcard::from_bytes(&records[0].payload)
+        .map_err(|e| Error::Corrupt(format!("checkpoint does not decode: {e}")))?;
+    let mut last_seq = records[0].seq;
+    let mut transactions = Vec::new();
+    for rec in &records[1..] {
+        if rec.kind != RecordKind::Transaction || rec.seq != last_seq + 1 {
+            break;
+        }
+        let ops: Vec<MetaOp> = postcard::from_bytes(&rec.payload)
+            .map_err(|e| Error::Corrupt(format!("transaction {} does not decode: {e}", rec.seq)))?;
+        transactions.push(ops);
+        last_seq = rec.seq;
+    }
+    Ok(Some(Recovered {
+        snapshot,
+        transactions,
+        active,
+        last_seq,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_rejects_flipped_bits() {
+        let rec = encode(RecordKind::Transaction, 42, b"hello", 4096);
+        assert_eq!(rec.len(), 4096);
+        let h = decode_header(&rec).unwrap();
+        assert_eq!(
+            (h.kind, h.seq, h.payload_len),
+            (RecordKind::Transaction, 42, 5)
+        );
+        for byte in [0, 4, 9, 17, 21, 25] {
+            let mut bad = rec.clone();
+            bad[byte] ^= 0x10;
+            assert!(decode_header(&bad).is_none(), "flip at {byte} accepted");
+        }
+    }
+}

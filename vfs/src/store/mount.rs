@@ -1,0 +1,245 @@
+//! Mounting: format a blank device, or recover one from its journal.
+//!
+//! Recovery takes the newest checkpoint, replays the transactions after it and checks the
+//! result against the device: every extent must lie below its zone's write pointer. The
+//! newest transaction is the only one whose device sync may not have completed, so its new
+//! extents are also checked against the crc32c they were written with; if any does not
+//! match, that transaction was never acknowledged and is dropped. The mount then resets
+//! zones that hold no live data, frees orphaned inodes and writes a fresh checkpoint.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::buffer::BufferPool;
+use super::conventional::ConventionalArea;
+use super::journal::{self, Journal};
+use super::state::{FileKind, MetaOp, State};
+use super::zone_map::ZoneUse;
+use super::{Counters, Inner, Placements, StoreConfig};
+use crate::device::{ZoneState, ZonedDevice};
+use crate::hint::Class;
+use crate::resolver::ZnsHead;
+use crate::{Error, Result};
+
+fn check_config(device: &dyn ZonedDevice, config: &StoreConfig) -> Result<()> {
+    let g = device.geometry();
+    g.validate()?;
+    let bad = |why: String| Err(Error::Corrupt(why));
+    if g.zone_count < 4 {
+        return bad(format!(
+            "device has {} zones; the store needs at least 4",
+            g.zone_count
+        ));
+    }
+    if g.max_active < 3 {
+        return bad(format!(
+            "device allows {} active zones; the store needs at least 3",
+            g.max_active
+        ));
+    }
+    let bs = g.block_size as usize;
+    if config.buffer_size < bs || config.buffer_size % bs != 0 || config.buffer_size > 512 * 1024 {
+        return bad(format!(
+            "buffer size {} must be a multiple of the {bs}-byte block, at most 512 KiB",
+            config.buffer_size
+        ));
+    }
+    if config.buffers == 0 {
+        return bad("the store needs at least one write buffer".into());
+    }
+    Ok(())
+}
+
+pub(super) fn mount(
+    device: Arc<dyn ZonedDevice>,
+    config: StoreConfig,
+    placements: Arc<Placements>,
+) -> Result<Inner> {
+    check_config(&*device, &config)?;
+    let geometry = device.geometry();
+    let bs = geometry.block_size as u64;
+    let (state, journal) = match journal::recover(&*device)? {
+        None => format(&device)?,
+        Some(rec) => {
+            let mut state = State::from_snapshot(geometry, rec.snapshot)?;
+            let mut txns = rec.transactions;
+            let last = txns.pop();
+            for ops in &txns {
+                for op in ops {
+                    state.apply(op)?;
+                }
+            }
+            if let Some(ops) = last {
+                let mut after = state.clone();
+                let applied = ops.iter().try_for_each(|op| after.apply(op));
+                if applied.is_ok() && reached_device(&after, &ops, &*device)? {
+                    state = after;
+                }
+            }
+            let journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
+            (state, journal)
+        }
+    };
+    let report = device.report_zones();
+    let cap_blocks = geometry.blocks_per_zone();
+    // Every extent must lie below its zone's write pointer.
+    for (ino, inode) in &state.inodes {
+        for (_, ext) in inode.extents.iter() {
+            let wp = report[ext.zone as usize].write_pointer / bs;
+            if ext.block as u64 + ext.len as u64 > wp {
+                return Err(Error::Corrupt(format!(
+                    "inode {ino} has data in zone {} up to block {} but the zone's write \
+                     pointer is at block {wp}",
+                    ext.zone,
+                    ext.block + ext.len
+                )));
+            }
+            if !matches!(state.zones.owner[ext.zone as usize], Some(ZoneUse::Data(_))) {
+                return Err(Error::Corrupt(format!(
+                    "inode {ino} has data in zone {} which no stream owns",
+                    ext.zone
+                )));
+            }
+        }
+    }
+    let conv = match &config.conventional_dir {
+        Some(path) => Some(ConventionalArea::open(path)?),
+        None => None,
+    };
+    let mut inner = Inner {
+        device: device.clone(),
+        pool: BufferPool::new(config.buffers, config.buffer_size),
+        config,
+        state,
+        journal,
+        pending: Vec::new(),
+        unsynced_writes: false,
+        open: HashMap::new(),
+        handles: HashMap::new(),
+        next_handle: 1,
+        heads: HashMap::new(),
+        head_used: HashMap::new(),
+        wp: report
+            .iter()
+            .map(|z| match z.state {
+                ZoneState::Full => cap_blocks,
+                _ => z.write_pointer / bs,
+            })
+            .collect(),
+        free: BTreeSet::new(),
+        to_reset: BTreeSet::new(),
+        conv,
+        counters: Counters::default(),
+        tick: 0,
+        placements,
+    };
+    inner.settle_zones()?;
+    inner.free_orphans()?;
+    // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
+    inner.device.sync()?;
+    inner.journal.checkpoint(&inner.state.snapshot())?;
+    inner.device.sync()?;
+    inner.journal.retire_previous()?;
+    inner.pending.clear();
+    inner.unsynced_writes = false;
+    Ok(inner)
+}
+
+/// Formats a blank device; refuses one that holds data but no journal.
+fn format(device: &Arc<dyn ZonedDevice>) -> Result<(State, Journal)> {
+    if let Some(z) = device.report_zones().iter().find(|z| z.write_pointer > 0) {
+        return Err(Error::Corrupt(format!(
+            "zone {} holds data but no valet metadata was found: not a valet store, or its \
+             metadata zones are damaged",
+            z.id
+        )));
+    }
+    let mut state = State::new(device.geometry());
+    for zone in journal::META_ZONES {
+        state.zones.owner[zone as usize] = Some(ZoneUse::Meta);
+    }
+    // The first checkpoint goes to zone 0.
+    Ok((state, Journal::new(device.clone(), 1, 1)))
+}
+
+/// Whether the new extents of the newest transaction reached the device intact.
+fn reached_device(after: &State, ops: &[MetaOp], device: &dyn ZonedDevice) -> Result<bool> {
+    let bs = device.geometry().block_size as u64;
+    for op in ops {
+        let MetaOp::MapExtent { extent, crc, .. } = op else {
+            continue;
+        };
+        // A zone whose data all died may have been reset after the commit: nothing to check.
+        if after.zones.valid_blocks(extent.zone) == 0 {
+            continue;
+        }
+        let end = (extent.block as u64 + extent.len as u64) * bs;
+        if device.zone_info(extent.zone)?.write_pointer < end {
+            return Ok(false);
+        }
+        let mut data = vec![0u8; (extent.len as u64 * bs) as usize];
+        device.read(extent.zone, extent.block as u64 * bs, &mut data)?;
+        if crc32c::crc32c(&data) != *crc {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+impl Inner {
+    /// Rebuilds stream heads and the free list; resets zones that hold no live data.
+    fn settle_zones(&mut self) -> Result<()> {
+        let cap = self.state.geometry.blocks_per_zone();
+        for zone in 0..self.state.geometry.zone_count {
+            let z = zone as usize;
+            match self.state.zones.owner[z] {
+                Some(ZoneUse::Meta) => {}
+                Some(ZoneUse::Data(key)) if self.state.zones.valid_blocks(zone) > 0 => {
+                    let partial = self.wp[z] > 0 && self.wp[z] < cap;
+                    if partial && !self.heads.contains_key(&key) {
+                        self.heads.insert(key, ZnsHead { zone, group: 0 });
+                    } else if partial {
+                        self.finish_zone(zone)?;
+                    }
+                }
+                Some(ZoneUse::Data(_)) | None => {
+                    if self.wp[z] > 0 || self.device.zone_info(zone)?.state != ZoneState::Empty {
+                        self.device.reset(zone)?;
+                        self.wp[z] = 0;
+                    }
+                    if self.state.zones.owner[z].is_some() {
+                        self.state.apply(&MetaOp::ReleaseZone { zone })?;
+                    }
+                    self.free.insert(zone);
+                }
+            }
+        }
+        self.state.emptied.clear();
+        Ok(())
+    }
+
+    /// Frees inodes left unlinked-but-open by a crash, and their conventional host files.
+    fn free_orphans(&mut self) -> Result<()> {
+        let orphans: Vec<_> = self
+            .state
+            .inodes
+            .iter()
+            .filter(|(ino, i)| i.nlink == 0 && !self.state.tenants.iter().any(|t| t.root == **ino))
+            .map(|(ino, _)| *ino)
+            .collect();
+        for ino in orphans {
+            self.state.apply(&MetaOp::FreeInode { ino })?;
+        }
+        self.reclaim_emptied();
+        self.reset_freed_zones()?;
+        let state = &self.state;
+        if let Some(conv) = &mut self.conv {
+            conv.remove_orphans(|ino| {
+                state.inodes.get(&ino).is_some_and(|i| {
+                    i.kind == FileKind::File && i.hint.class == Class::Conventional
+                })
+            })?;
+        }
+        Ok(())
+    }
+}

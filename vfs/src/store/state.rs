@@ -1,0 +1,350 @@
+//! The store's metadata as one value, changed only by [`MetaOp`]s.
+//!
+//! The live path and recovery share [`State::apply`]: an operation is journaled and applied
+//! in the same form, so replaying the journal rebuilds exactly the state that was
+//! acknowledged. Zone validity is derived from extents and never journaled.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::extent_map::{Extent, ExtentMap};
+use super::zone_map::{ZoneMap, ZoneUse};
+use crate::device::{Geometry, ZoneId};
+use crate::hint::{Class, Hint};
+use crate::{Error, Result};
+
+/// Inode number.
+pub type Ino = u64;
+
+/// Identifies a tenant: an application with its own namespace and streams.
+pub type TenantId = u32;
+
+/// File or directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+}
+
+/// A file or directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Inode {
+    pub kind: FileKind,
+    pub tenant: TenantId,
+    /// Directory entries naming this inode (1 for a linked directory).
+    pub nlink: u32,
+    pub size: u64,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
+    pub hint: Hint,
+    pub extents: ExtentMap,
+    pub entries: BTreeMap<String, Ino>,
+    /// Parent directory (directories only; a tenant root is its own parent).
+    pub parent: Ino,
+    /// Tenant host bytes written when the file was created (for lifetime events).
+    pub born_host_bytes: u64,
+}
+
+/// A tenant's name and root directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tenant {
+    pub name: String,
+    pub root: Ino,
+}
+
+/// One journaled change.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum MetaOp {
+    CreateInode {
+        ino: Ino,
+        kind: FileKind,
+        tenant: TenantId,
+        hint: Hint,
+        time_ns: u64,
+        born_host_bytes: u64,
+    },
+    NewTenant {
+        id: TenantId,
+        name: String,
+        root: Ino,
+    },
+    Link {
+        dir: Ino,
+        name: String,
+        ino: Ino,
+    },
+    Unlink {
+        dir: Ino,
+        name: String,
+    },
+    FreeInode {
+        ino: Ino,
+    },
+    /// Maps `extent` at `file_block`; `crc` covers the extent's blocks as written, so
+    /// recovery can tell whether the data of the newest transaction reached the device.
+    MapExtent {
+        ino: Ino,
+        file_block: u64,
+        extent: Extent,
+        crc: u32,
+    },
+    SetAttr {
+        ino: Ino,
+        size: u64,
+        atime_ns: u64,
+        mtime_ns: u64,
+        ctime_ns: u64,
+    },
+    SetHint {
+        ino: Ino,
+        hint: Hint,
+    },
+    AssignZone {
+        zone: ZoneId,
+        owner: ZoneUse,
+    },
+    ReleaseZone {
+        zone: ZoneId,
+    },
+}
+
+/// What a checkpoint holds: everything but the derived zone validity.
+#[derive(Serialize, Deserialize)]
+pub struct Snapshot {
+    pub next_ino: Ino,
+    pub tenants: Vec<Tenant>,
+    pub inodes: Vec<(Ino, Inode)>,
+    pub zone_owner: Vec<Option<ZoneUse>>,
+}
+
+/// The whole metadata of a store.
+#[derive(Clone)]
+pub struct State {
+    pub geometry: Geometry,
+    pub next_ino: Ino,
+    pub tenants: Vec<Tenant>,
+    pub inodes: HashMap<Ino, Inode>,
+    pub zones: ZoneMap,
+    /// Zones whose last valid block died since the list was last drained.
+    pub emptied: Vec<ZoneId>,
+    /// A name of each linked inode: (directory, entry). Derived, for the paths policies see.
+    pub names: HashMap<Ino, (Ino, String)>,
+}
+
+fn corrupt<T>(why: String) -> Result<T> {
+    Err(Error::Corrupt(why))
+}
+
+impl State {
+    pub fn new(geometry: Geometry) -> Self {
+        State {
+            geometry,
+            next_ino: 1,
+            tenants: Vec::new(),
+            inodes: HashMap::new(),
+            zones: ZoneMap::new(geometry.zone_count, geometry.blocks_per_zone()),
+            emptied: Vec::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    pub fn block_size(&self) -> u64 {
+        self.geometry.block_size as u64
+    }
+
+    pub fn inode(&self, ino: Ino) -> Result<&Inode> {
+        self.inodes.get(&ino).ok_or(Error::NotFound)
+    }
+
+    pub fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
+        self.inodes.get_mut(&ino).ok_or(Error::NotFound)
+    }
+
+    /// Applies one operation. Fails only on an operation that does not fit the state, which
+    /// during replay means a corrupt journal.
+    pub fn apply(&mut self, op: &MetaOp) -> Result<()> {
+        match op {
+            MetaOp::CreateInode {
+                ino,
+                kind,
+                tenant,
+                hint,
+                time_ns,
+                born_host_bytes,
+            } => {
+                if self.inodes.contains_key(ino) {
+                    return corrupt(format!("inode {ino} created twice"));
+                }
+                let inode = Inode {
+                    kind: *kind,
+                    tenant: *tenant,
+                    nlink: 0,
+                    size: 0,
+                    atime_ns: *time_ns,
+                    mtime_ns: *time_ns,
+                    ctime_ns: *time_ns,
+                    hint: *hint,
+                    extents: ExtentMap::default(),
+                    entries: BTreeMap::new(),
+                    parent: *ino,
+                    born_host_bytes: *born_host_bytes,
+                };
+                self.inodes.insert(*ino, inode);
+                self.next_ino = self.next_ino.max(ino + 1);
+            }
+            MetaOp::NewTenant { id, name, root } => {
+                if *id as usize != self.tenants.len() {
+                    return corrupt(format!("tenant {id} out of order"));
+                }
+                self.inode_mut(*root)?.nlink = 1;
+                self.tenants.push(Tenant {
+                    name: name.clone(),
+                    root: *root,
+                });
+            }
+            MetaOp::Link { dir, name, ino } => {
+                let target_kind = self.inode(*ino)?.kind;
+                let d = self.inode_mut(*dir)?;
+                if d.kind != FileKind::Dir || d.entries.contains_key(name) {
+                    return corrupt(format!("link of {name:?} into inode {dir}"));
+                }
+                d.entries.insert(name.clone(), *ino);
+                self.names.insert(*ino, (*dir, name.clone()));
+                let target = self.inode_mut(*ino)?;
+                target.nlink += 1;
+                if target_kind == FileKind::Dir {
+                    target.parent = *dir;
+                }
+            }
+            MetaOp::Unlink { dir, name } => {
+                let d = self.inode_mut(*dir)?;
+                let Some(ino) = d.entries.remove(name) else {
+                    return corrupt(format!("unlink of missing {name:?} in inode {dir}"));
+                };
+                if self.names.get(&ino) == Some(&(*dir, name.clone())) {
+                    self.names.remove(&ino);
+                }
+                let target = self.inode_mut(ino)?;
+                target.nlink = target.nlink.saturating_sub(1);
+            }
+            MetaOp::FreeInode { ino } => {
+                let Some(inode) = self.inodes.remove(ino) else {
+                    return corrupt(format!("free of missing inode {ino}"));
+                };
+                self.names.remove(ino);
+                for (_, ext) in inode.extents.iter() {
+                    self.invalidate(ext);
+                }
+            }
+            MetaOp::MapExtent {
+                ino,
+                file_block,
+                extent,
+                ..
+            } => {
+                let displaced = self.inode_mut(*ino)?.extents.insert(*file_block, *extent);
+                for ext in displaced {
+                    self.invalidate(ext);
+                }
+                self.zones.mark_valid(extent.zone, extent.block, extent.len);
+            }
+            MetaOp::SetAttr {
+                ino,
+                size,
+                atime_ns,
+                mtime_ns,
+                ctime_ns,
+            } => {
+                let bs = self.block_size();
+                let inode = self.inode_mut(*ino)?;
+                inode.size = *size;
+                inode.atime_ns = *atime_ns;
+                inode.mtime_ns = *mtime_ns;
+                inode.ctime_ns = *ctime_ns;
+                let dropped = inode.extents.truncate(size.div_ceil(bs));
+                for ext in dropped {
+                    self.invalidate(ext);
+                }
+            }
+            MetaOp::SetHint { ino, hint } => {
+                let inode = self.inode_mut(*ino)?;
+                if inode.hint.class != hint.class {
+                    return corrupt(format!("class change of inode {ino}"));
+                }
+                inode.hint = *hint;
+            }
+            MetaOp::AssignZone { zone, owner } => {
+                let slot = self.zone_slot(*zone)?;
+                *slot = Some(*owner);
+            }
+            MetaOp::ReleaseZone { zone } => {
+                if self.zones.valid_blocks(*zone) != 0 {
+                    return corrupt(format!("release of zone {zone} that holds data"));
+                }
+                *self.zone_slot(*zone)? = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn zone_slot(&mut self, zone: ZoneId) -> Result<&mut Option<ZoneUse>> {
+        match self.zones.owner.get_mut(zone as usize) {
+            Some(slot) => Ok(slot),
+            None => corrupt(format!("zone {zone} out of range")),
+        }
+    }
+
+    fn invalidate(&mut self, ext: Extent) {
+        self.zones.mark_invalid(ext.zone, ext.block, ext.len);
+        if self.zones.valid_blocks(ext.zone) == 0 {
+            self.emptied.push(ext.zone);
+        }
+    }
+
+    /// The checkpoint image of this state.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut inodes: Vec<(Ino, Inode)> =
+            self.inodes.iter().map(|(&i, n)| (i, n.clone())).collect();
+        inodes.sort_by_key(|(i, _)| *i);
+        Snapshot {
+            next_ino: self.next_ino,
+            tenants: self.tenants.clone(),
+            inodes,
+            zone_owner: self.zones.owner.clone(),
+        }
+    }
+
+    /// Rebuilds a state from a checkpoint, deriving zone validity from the extents.
+    pub fn from_snapshot(geometry: Geometry, snap: Snapshot) -> Result<Self> {
+        let mut state = State::new(geometry);
+        if snap.zone_owner.len() != geometry.zone_count as usize {
+            return corrupt("checkpoint zone table does not match the device".into());
+        }
+        state.next_ino = snap.next_ino;
+        state.tenants = snap.tenants;
+        state.zones.owner = snap.zone_owner;
+        let blocks = geometry.blocks_per_zone();
+        for (ino, inode) in snap.inodes {
+            for (_, ext) in inode.extents.iter() {
+                if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
+                    return corrupt(format!("inode {ino} maps outside the device"));
+                }
+                state.zones.mark_valid(ext.zone, ext.block, ext.len);
+            }
+            for (name, child) in &inode.entries {
+                state.names.insert(*child, (ino, name.clone()));
+            }
+            state.inodes.insert(ino, inode);
+        }
+        Ok(state)
+    }
+
+    /// Whether the class of an inode is conventional.
+    pub fn is_conventional(&self, ino: Ino) -> bool {
+        self.inodes
+            .get(&ino)
+            .is_some_and(|i| i.hint.class == Class::Conventional)
+    }
+}

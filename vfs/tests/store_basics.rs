@@ -1,0 +1,161 @@
+//! The store's POSIX-shaped behaviour on the memory device: namespace, data, remount.
+
+use std::sync::Arc;
+
+use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::{
+    Class, Error, FileKind, Hint, OpenOptions, OpenReason, Placement, PlacementRequest, Store,
+    StoreConfig,
+};
+
+fn geometry() -> Geometry {
+    Geometry {
+        zone_count: 16,
+        zone_size: 1 << 20,
+        zone_capacity: 960 * 1024,
+        block_size: 4096,
+        max_open: 6,
+        max_active: 8,
+    }
+}
+
+fn mount(dev: &Arc<MemoryDevice>) -> Store {
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 64 * 1024,
+        ..Default::default()
+    };
+    Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+}
+
+fn read_all(store: &Store, root: u64, path: &str) -> Vec<u8> {
+    let f = store.open_file(root, path, OpenOptions::read()).unwrap();
+    let size = f.metadata().unwrap().size as usize;
+    let mut buf = vec![0u8; size + 10];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn write_read_remount() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    store.create_dir(root, "db").unwrap();
+    let f = store
+        .open_file(root, "db/000001.log", OpenOptions::create())
+        .unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    for chunk in data.chunks(1000) {
+        let at = f.metadata().unwrap().size;
+        f.write_at(chunk, at).unwrap();
+    }
+    // Overwrite in the middle, unaligned.
+    f.write_at(b"hello world", 70_001).unwrap();
+    f.sync_all().unwrap();
+    f.close().unwrap();
+    let mut expect = data.clone();
+    expect[70_001..70_012].copy_from_slice(b"hello world");
+    assert_eq!(read_all(&store, root, "db/000001.log"), expect);
+    assert!(store.fsck().unwrap().is_clean(), "{:?}", store.fsck());
+    drop(store);
+
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    assert_eq!(read_all(&store, root, "db/000001.log"), expect);
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn unsynced_data_is_lost_but_synced_data_survives_power_failure() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, "a", OpenOptions::create()).unwrap();
+    f.write_at(&[1u8; 10_000], 0).unwrap();
+    f.sync_data().unwrap();
+    f.write_at(&[2u8; 10_000], 10_000).unwrap();
+    std::mem::forget(f);
+    std::mem::forget(store);
+    dev.power_fail();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let got = read_all(&store, root, "a");
+    assert_eq!(got, vec![1u8; 10_000]);
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn namespace_rules() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    store.create_dir(root, "d").unwrap();
+    assert!(matches!(store.create_dir(root, "d"), Err(Error::Exists)));
+    store
+        .open_file(root, "d/f", OpenOptions::create())
+        .unwrap()
+        .close()
+        .unwrap();
+    assert!(matches!(store.remove_dir(root, "d"), Err(Error::NotEmpty)));
+    assert!(matches!(store.lookup(root, "../x"), Err(Error::Escape)));
+    assert!(matches!(store.lookup(root, "/d"), Err(Error::Escape)));
+    assert!(matches!(store.lookup(root, "d/f/"), Err(Error::NotDir)));
+    store.link(root, "d/f", root, "g").unwrap();
+    assert_eq!(
+        store
+            .metadata(store.lookup(root, "g").unwrap())
+            .unwrap()
+            .nlink,
+        2
+    );
+    store.rename(root, "g", root, "d/f").unwrap(); // same inode: no-op
+    store.unlink(root, "d/f").unwrap();
+    assert_eq!(store.read_dir(root).unwrap().len(), 2);
+    assert!(matches!(
+        store.rename(root, "d", root, "d/sub"),
+        Err(Error::Invalid(_))
+    ));
+    store.rename(root, "g", root, "d/h").unwrap();
+    let names: Vec<_> = store.read_dir(store.lookup(root, "d").unwrap()).unwrap();
+    assert_eq!(names.len(), 1);
+    assert_eq!(names[0].name, "h");
+    assert_eq!(names[0].kind, FileKind::File);
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+struct Fixed(Hint);
+impl Placement for Fixed {
+    fn place(&self, _: &PlacementRequest<'_>) -> Hint {
+        self.0
+    }
+}
+
+#[test]
+fn deleted_data_frees_zones_without_moving_anything() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (t, root) = store.tenant("app").unwrap();
+    store.set_placement(t, Arc::new(Fixed(Hint::zoned(1))));
+    let chunk = vec![9u8; 64 * 1024];
+    // Write and delete 5x the device: only works if dead zones are reset.
+    for round in 0..80 {
+        let name = format!("f{round}");
+        let f = store.open_file(root, &name, OpenOptions::create()).unwrap();
+        for i in 0..16 {
+            f.write_at(&chunk, i * chunk.len() as u64).unwrap();
+        }
+        f.close().unwrap();
+        if round >= 2 {
+            store.unlink(root, &format!("f{}", round - 2)).unwrap();
+        }
+    }
+    let stats = store.stats();
+    assert_eq!(stats.gc_bytes_moved, 0);
+    assert!(stats.zone_resets > 0);
+    assert!((stats.waf - 1.0).abs() < 1e-9, "{stats:?}");
+    assert!(store.fsck().unwrap().is_clean());
+    let _ = OpenReason::Create;
+    let _ = Class::Zoned;
+}
