@@ -44,6 +44,18 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// The embedded default device: 256 zones of 128 MiB with 96 MiB writable (capacity
+    /// below size, as on ZN540-class drives), 14 open / 14 active zones like the ZN540.
+    /// The image is sparse, so it takes disk space only for what is written.
+    pub const EMBEDDED_DEFAULT: Geometry = Geometry {
+        zone_count: 256,
+        zone_size: 128 << 20,
+        zone_capacity: 96 << 20,
+        block_size: 4096,
+        max_open: 14,
+        max_active: 14,
+    };
+
     /// Checks the geometry is one a device could have.
     pub fn validate(&self) -> Result<(), DeviceError> {
         let bs = self.block_size as u64;

@@ -24,33 +24,82 @@ impl Inner {
         want: u32,
         for_gc: bool,
     ) -> Result<(ZoneId, u32, u32)> {
-        let cap = self.blocks_per_zone();
-        if let Some(head) = self.heads.get(&key).copied() {
-            let wp = self.wp[head.zone as usize];
-            if wp >= cap {
-                self.heads.remove(&key);
-            } else if !head.accepts(hint) && wp > 0 {
-                // The policy wants this lifetime group apart: seal the zone.
-                self.finish_zone(head.zone)?;
-                self.heads.remove(&key);
+        loop {
+            if let Some(found) = self.use_head(key, hint, want)? {
+                return Ok(found);
+            }
+            // Collecting may itself open a head for this stream: look again after each step.
+            if !for_gc && (self.free.len() as u32) < self.config.gc_threshold_zones {
+                if !self.to_reset.is_empty() {
+                    self.commit()?;
+                    continue;
+                }
+                if self.gc_one()? {
+                    continue;
+                }
+            }
+            let reserve = if for_gc {
+                0
             } else {
-                self.heads.get_mut(&key).expect("head").group = hint.group;
+                self.config.gc_reserve_zones as usize
+            };
+            if self.free.len() > reserve {
+                let zone = self.open_zone(key)?;
+                self.heads.insert(
+                    key,
+                    ZnsHead {
+                        zone,
+                        group: hint.group,
+                    },
+                );
                 let tick = self.touch();
                 self.head_used.insert(key, tick);
-                return Ok((head.zone, wp as u32, (cap - wp).min(want as u64) as u32));
+                return Ok((zone, 0, self.blocks_per_zone().min(want as u64) as u32));
+            }
+            if !self.to_reset.is_empty() {
+                self.commit()?;
+                continue;
+            }
+            if for_gc || !self.gc_one()? {
+                let live = self.state.zones.total_valid() * self.state.block_size();
+                return Err(Error::NoSpace(format!(
+                    "{live} bytes of live data fill the device's {} bytes",
+                    self.state.geometry.capacity_bytes()
+                )));
             }
         }
-        let zone = self.open_zone(key, for_gc)?;
-        self.heads.insert(
-            key,
-            ZnsHead {
-                zone,
-                group: hint.group,
-            },
-        );
+    }
+
+    /// The stream's head zone if it can take this hint's data.
+    fn use_head(
+        &mut self,
+        key: StreamKey,
+        hint: &Hint,
+        want: u32,
+    ) -> Result<Option<(ZoneId, u32, u32)>> {
+        let cap = self.blocks_per_zone();
+        let Some(head) = self.heads.get(&key).copied() else {
+            return Ok(None);
+        };
+        let wp = self.wp[head.zone as usize];
+        if wp >= cap {
+            self.heads.remove(&key);
+            return Ok(None);
+        }
+        if !head.accepts(hint) && wp > 0 {
+            // The policy wants this lifetime group apart: seal the zone.
+            self.finish_zone(head.zone)?;
+            self.heads.remove(&key);
+            return Ok(None);
+        }
+        self.heads.get_mut(&key).expect("head").group = hint.group;
         let tick = self.touch();
         self.head_used.insert(key, tick);
-        Ok((zone, 0, cap.min(want as u64) as u32))
+        Ok(Some((
+            head.zone,
+            wp as u32,
+            (cap - wp).min(want as u64) as u32,
+        )))
     }
 
     /// Notes that `blocks` were written at the zone's write pointer.
@@ -80,9 +129,10 @@ impl Inner {
     }
 
     /// Takes a free zone for stream `key`, making room under the active limit first.
-    fn open_zone(&mut self, key: StreamKey, for_gc: bool) -> Result<ZoneId> {
+    fn open_zone(&mut self, key: StreamKey) -> Result<ZoneId> {
         while self.active_data_zones() >= self.active_budget() {
             if !self.to_reset.is_empty() {
+                // Emptied zones still hold active resources until their reset.
                 self.commit()?;
                 continue;
             }
@@ -101,42 +151,17 @@ impl Inner {
             self.finish_zone(zone)?;
             self.heads.remove(&victim_key);
         }
-        let zone = self.take_free_zone(for_gc)?;
+        let zone = *self
+            .free
+            .iter()
+            .next()
+            .ok_or_else(|| Error::NoSpace("no free zone".into()))?;
+        self.free.remove(&zone);
         self.record(MetaOp::AssignZone {
             zone,
             owner: ZoneUse::Data(key),
         })?;
         Ok(zone)
-    }
-
-    /// A free zone, collecting garbage when free zones run short.
-    fn take_free_zone(&mut self, for_gc: bool) -> Result<ZoneId> {
-        if !for_gc && (self.free.len() as u32) < self.config.gc_threshold_zones {
-            self.gc_until(self.config.gc_threshold_zones)?;
-        }
-        loop {
-            let reserve = if for_gc {
-                0
-            } else {
-                self.config.gc_reserve_zones as usize
-            };
-            if self.free.len() > reserve {
-                let zone = *self.free.iter().next().expect("non-empty");
-                self.free.remove(&zone);
-                return Ok(zone);
-            }
-            if !self.to_reset.is_empty() {
-                self.commit()?;
-                continue;
-            }
-            if for_gc || !self.gc_one()? {
-                let live = self.state.zones.total_valid() * self.state.block_size();
-                return Err(Error::NoSpace(format!(
-                    "{live} bytes of live data fill the device's {} bytes",
-                    self.state.geometry.capacity_bytes()
-                )));
-            }
-        }
     }
 
     pub(super) fn finish_zone(&mut self, zone: ZoneId) -> Result<()> {

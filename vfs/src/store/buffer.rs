@@ -44,10 +44,6 @@ impl BufferPool {
     pub fn buffer_size(&self) -> usize {
         self.buffers.first().map_or(0, |b| b.len())
     }
-
-    pub fn free_count(&self) -> usize {
-        self.free.len()
-    }
 }
 
 /// The window of a file a buffer holds: bytes `[start, start + len)` of the file, with

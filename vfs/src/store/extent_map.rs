@@ -119,11 +119,8 @@ impl ExtentMap {
         self.map.iter().map(|(&k, &e)| (k, e))
     }
 
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
     /// One past the last mapped file block.
+    #[cfg(test)]
     pub fn end_block(&self) -> u64 {
         self.map
             .iter()

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::buffer::BufferPool;
 use super::conventional::ConventionalArea;
+use super::extent_map::MAX_EXTENT_BLOCKS;
 use super::journal::{self, Journal};
 use super::state::{FileKind, MetaOp, State};
 use super::zone_map::ZoneUse;
@@ -38,9 +39,11 @@ fn check_config(device: &dyn ZonedDevice, config: &StoreConfig) -> Result<()> {
         ));
     }
     let bs = g.block_size as usize;
-    if config.buffer_size < bs || config.buffer_size % bs != 0 || config.buffer_size > 512 * 1024 {
+    let max = MAX_EXTENT_BLOCKS as usize * bs;
+    if config.buffer_size < bs || config.buffer_size % bs != 0 || config.buffer_size > max {
         return bad(format!(
-            "buffer size {} must be a multiple of the {bs}-byte block, at most 512 KiB",
+            "buffer size {} must be a multiple of the {bs}-byte block, at most {max} bytes \
+             (the largest extent)",
             config.buffer_size
         ));
     }

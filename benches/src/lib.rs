@@ -1,0 +1,1 @@
+//! Benchmarks of Valet's hot paths; see `benches/` and the README for how to run them.

@@ -1,0 +1,289 @@
+//! Replays an LSM-shaped trace on the store and prints its write amplification as JSON.
+//!
+//!     cargo run --release -p valet-vfs --example waf -- [--single-stream] \
+//!         [--utilization 0.8] [--ftl-op 0.07] [--passes 3] [--seed 1]
+//!
+//! The trace is RocksDB's FIFO-compaction shape: a write-ahead log (`*.log`) is appended in
+//! small records and deleted when its memtable is flushed as a table (`*.sst`, written once);
+//! the oldest tables are deleted whenever live data would pass `--utilization` of the device.
+//! By default WAL and tables go to separate streams; `--single-stream` puts everything in
+//! one, so zones mix short- and long-lived data and GC has to move the survivors.
+//!
+//! The same trace is also laid out the way a conventional filesystem would (first-fit 4 KiB
+//! blocks, TRIM on delete) on the conventional-SSD model with `--ftl-op` over-provisioning,
+//! whose WAF is printed as `ftl_waf`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::ftl::{Ftl, FtlConfig};
+use valet_vfs::{Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
+
+const MIB: u64 = 1 << 20;
+const BLOCK: u64 = 4096;
+const MEMTABLE: u64 = 8 * MIB;
+const WAL_RECORD: usize = 4000;
+const SST_WRITE: usize = 64 * 1024;
+
+struct Args {
+    single_stream: bool,
+    utilization: f64,
+    ftl_op: f64,
+    passes: f64,
+    seed: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        single_stream: false,
+        utilization: 0.8,
+        ftl_op: 0.07,
+        passes: 3.0,
+        seed: 1,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .ok_or_else(|| format!("{name} needs a value"))?
+                .parse::<f64>()
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        match flag.as_str() {
+            "--single-stream" => args.single_stream = true,
+            "--utilization" => args.utilization = value("--utilization")?,
+            "--ftl-op" => args.ftl_op = value("--ftl-op")?,
+            "--passes" => args.passes = value("--passes")?,
+            "--seed" => args.seed = value("--seed")? as u64,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if !(0.05..=0.95).contains(&args.utilization) {
+        return Err("--utilization must be within 0.05..=0.95".into());
+    }
+    Ok(args)
+}
+
+/// WAL and tables in their own streams, or everything in one.
+struct LsmPlacement {
+    single_stream: bool,
+}
+
+impl Placement for LsmPlacement {
+    fn place(&self, request: &PlacementRequest<'_>) -> Hint {
+        if self.single_stream {
+            Hint::zoned(0)
+        } else if request.path.ends_with(".log") {
+            Hint::zoned(1)
+        } else {
+            Hint::zoned(2)
+        }
+    }
+}
+
+/// A conventional filesystem's view of the same trace: files as first-fit 1 MiB extents
+/// (ext4's preallocation does much the same) on an SSD whose erase unit is a 16 MiB
+/// superblock, which sees each 4 KiB block written once and TRIMs on delete.
+struct FsOnSsd {
+    ftl: Ftl,
+    free: BTreeSet<u64>,
+    files: BTreeMap<String, (Vec<u64>, u64)>,
+}
+
+const FS_EXTENT: u64 = MIB;
+const ERASE_UNIT_PAGES: u32 = (16 * MIB / BLOCK) as u32;
+
+impl FsOnSsd {
+    fn new(logical_bytes: u64, op: f64) -> Result<Self, String> {
+        let config = FtlConfig {
+            pages_per_block: ERASE_UNIT_PAGES,
+            ..FtlConfig::new(logical_bytes, op)
+        };
+        let ftl = Ftl::new(config).map_err(|e| e.to_string())?;
+        Ok(FsOnSsd {
+            ftl,
+            free: (0..logical_bytes / FS_EXTENT).collect(),
+            files: BTreeMap::new(),
+        })
+    }
+
+    /// The file grew to `size` bytes: write the blocks that are now complete (or all of
+    /// them at `close`).
+    fn grow(&mut self, file: &str, size: u64, close: bool) -> Result<(), String> {
+        let (extents, written) = self.files.entry(file.to_string()).or_default();
+        let upto = if close {
+            size.div_ceil(BLOCK)
+        } else {
+            size / BLOCK
+        };
+        while *written < upto {
+            let block = *written;
+            let index = (block * BLOCK / FS_EXTENT) as usize;
+            if index == extents.len() {
+                let extent = self.free.pop_first().ok_or("filesystem model is full")?;
+                extents.push(extent);
+            }
+            let lba = extents[index] * FS_EXTENT + block * BLOCK % FS_EXTENT;
+            self.ftl.write(lba, BLOCK, 0).map_err(|e| e.to_string())?;
+            *written += 1;
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, file: &str) -> Result<(), String> {
+        let (extents, _) = self.files.remove(file).unwrap_or_default();
+        for extent in extents {
+            self.ftl
+                .trim(extent * FS_EXTENT, FS_EXTENT)
+                .map_err(|e| e.to_string())?;
+            self.free.insert(extent);
+        }
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift*), so runs repeat exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
+    // ZN540-like limits on a smaller device: 2 metadata + 64 data zones of 15 MiB.
+    let geometry = Geometry {
+        zone_count: 66,
+        zone_size: 16 * MIB,
+        zone_capacity: 15 * MIB,
+        block_size: BLOCK as u32,
+        max_open: 14,
+        max_active: 14,
+    };
+    let data_capacity = (geometry.zone_count as u64 - 2) * geometry.zone_capacity;
+    let device = Arc::new(MemoryDevice::new(geometry)?);
+    let store = Store::open(device as Arc<dyn ZonedDevice>, StoreConfig::default())?;
+    let (tenant, root) = store.tenant("lsm")?;
+    store.set_placement(
+        tenant,
+        Arc::new(LsmPlacement {
+            single_stream: args.single_stream,
+        }),
+    );
+    let mut fs = FsOnSsd::new(data_capacity, args.ftl_op)?;
+
+    let live_target = (args.utilization * data_capacity as f64) as u64;
+    let total = (args.passes * data_capacity as f64) as u64;
+    let mut rng = Rng(args.seed.max(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut record = vec![0u8; WAL_RECORD];
+    let chunk = vec![0x5au8; SST_WRITE];
+    let mut tables: VecDeque<(String, u64)> = VecDeque::new();
+    let mut live_tables = 0u64;
+    let mut written = 0u64;
+    let mut seq = 0u64;
+    // The table being flushed in the background while the next WAL fills:
+    // (name, handle, size, bytes written, WAL it replaces).
+    let mut flushing: Option<(String, valet_vfs::FileHandle, u64, u64, String)> = None;
+    let mut peak_live = 0u64;
+    while written < total {
+        seq += 1;
+        let wal = format!("{seq:06}.log");
+        let f = store.open_file(root, &wal, OpenOptions::create())?;
+        let mut size = 0u64;
+        while size < MEMTABLE {
+            record.fill(rng.next() as u8);
+            f.write_at(&record, size)?;
+            size += WAL_RECORD as u64;
+            fs.grow(&wal, size, false)?;
+            written += WAL_RECORD as u64;
+            let in_flight = flushing.as_ref().map_or(MEMTABLE, |f| f.3 + MEMTABLE);
+            peak_live = peak_live.max(live_tables + size + in_flight);
+            // One table chunk per 16 records: the flush ends before the WAL is full.
+            if size % (16 * WAL_RECORD as u64) != 0 {
+                continue;
+            }
+            let Some((sst, handle, table_size, done, _)) = flushing.as_mut() else {
+                continue;
+            };
+            let n = (*table_size - *done).min(SST_WRITE as u64) as usize;
+            handle.write_at(&chunk[..n], *done)?;
+            *done += n as u64;
+            written += n as u64;
+            fs.grow(sst, *done, false)?;
+            if *done == *table_size {
+                let (sst, handle, table_size, _, old_wal) = flushing.take().expect("flushing");
+                handle.close()?;
+                fs.grow(&sst, table_size, true)?;
+                tables.push_back((sst, table_size));
+                live_tables += table_size;
+                // The table is durable: its WAL goes.
+                store.unlink(root, &old_wal)?;
+                fs.delete(&old_wal)?;
+            }
+        }
+        f.close()?;
+        fs.grow(&wal, size, true)?;
+
+        // The memtable becomes a table of roughly its size (overwritten entries shrink it).
+        let table_size = MEMTABLE / 2 + (rng.next() % (MEMTABLE / 2 / BLOCK)) * BLOCK;
+        // FIFO compaction: the oldest tables go once live data would pass the target.
+        while live_tables + table_size + 2 * MEMTABLE > live_target {
+            let Some((old, old_size)) = tables.pop_front() else {
+                break;
+            };
+            store.unlink(root, &old)?;
+            fs.delete(&old)?;
+            live_tables -= old_size;
+        }
+        seq += 1;
+        let sst = format!("{seq:06}.sst");
+        let handle = store.open_file(root, &sst, OpenOptions::create())?;
+        flushing = Some((sst, handle, table_size, 0, wal));
+    }
+    store.sync()?;
+    let fsck = store.fsck()?;
+    if !fsck.is_clean() {
+        return Err(format!("fsck after the run: {:?}", fsck.problems).into());
+    }
+    let stats = store.stats();
+    let ftl = fs.ftl.stats();
+    // Live data at its peak: tables, the WAL being filled, the table and WAL being flushed.
+    let peak_utilization = peak_live as f64 / data_capacity as f64;
+    Ok(format!(
+        "{{\"mode\":\"{}\",\"utilization\":{peak_utilization:.3},\"host_bytes\":{},\
+         \"device_bytes\":{},\"gc_bytes_moved\":{},\"waf\":{:.4},\"zone_resets\":{},\
+         \"meta_bytes\":{},\"ftl_op\":{},\"ftl_waf\":{:.4},\"ftl_gc_bytes_moved\":{}}}",
+        if args.single_stream {
+            "single-stream"
+        } else {
+            "wal-sst-streams"
+        },
+        stats.host_bytes,
+        stats.device_bytes,
+        stats.gc_bytes_moved,
+        stats.waf,
+        stats.zone_resets,
+        stats.meta_bytes,
+        args.ftl_op,
+        ftl.waf(),
+        ftl.gc_pages_moved * BLOCK,
+    ))
+}
+
+fn main() {
+    let result = parse_args()
+        .map_err(|e| e.into())
+        .and_then(|args| run(&args));
+    match result {
+        Ok(line) => println!("{line}"),
+        Err(e) => {
+            eprintln!("waf: {e}");
+            std::process::exit(1);
+        }
+    }
+}
