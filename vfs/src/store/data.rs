@@ -11,9 +11,10 @@
 
 use super::buffer::Window;
 use super::extent_map::Extent;
-use super::state::{Ino, MetaOp};
+use super::state::{Ino, MetaOp, State};
 use super::zone_map::StreamKey;
 use super::{now_ns, Inner};
+use crate::device::ZonedDevice;
 use crate::hint::{Class, FileEvent};
 use crate::{Error, Result};
 
@@ -106,9 +107,8 @@ impl Inner {
         // Drop the old window before reading, so the prefix comes from the device.
         self.open.get_mut(&ino).expect("open").window = None;
         if window.len > 0 {
-            let mut prefix = vec![0u8; window.len];
-            self.read_mapped(ino, &mut prefix, start)?;
-            self.pool.get_mut(buf)[..window.len].copy_from_slice(&prefix);
+            let prefix = &mut self.pool.get_mut(buf)[..window.len];
+            read_mapped(&self.state, &*self.device, ino, prefix, start)?;
         }
         self.open.get_mut(&ino).expect("open").window = Some(window);
         Ok(window)
@@ -149,13 +149,11 @@ impl Inner {
         let padded_end = end.div_ceil(bs) * bs;
         // Pad the last block with what the file holds after the window, or zeros.
         if padded_end > end {
-            let mut tail = vec![0u8; (padded_end - end) as usize];
-            if end < size {
-                let upto = (size.min(padded_end) - end) as usize;
-                self.read_mapped(ino, &mut tail[..upto], end)?;
-            }
-            let from = window.len;
-            self.pool.get_mut(window.buf)[from..from + tail.len()].copy_from_slice(&tail);
+            let tail = &mut self.pool.get_mut(window.buf)
+                [window.len..(padded_end - window.start) as usize];
+            let upto = (size.max(end).min(padded_end) - end) as usize;
+            read_mapped(&self.state, &*self.device, ino, &mut tail[..upto], end)?;
+            tail[upto..].fill(0);
         }
         let key = self.stream_of(ino)?;
         let hint = self.state.inode(ino)?.hint;
@@ -231,30 +229,6 @@ impl Inner {
         self.record(op)
     }
 
-    /// Reads what the device holds for `buf.len()` bytes at `offset` (holes read as zeros),
-    /// ignoring the window and the file size.
-    fn read_mapped(&self, ino: Ino, buf: &mut [u8], offset: u64) -> Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let bs = self.state.block_size();
-        let end = offset + buf.len() as u64;
-        let inode = self.state.inode(ino)?;
-        for (file_block, ext, nblocks) in inode.extents.pieces(offset / bs, end.div_ceil(bs)) {
-            let piece_start = (file_block * bs).max(offset);
-            let piece_end = ((file_block + nblocks) * bs).min(end);
-            let out = &mut buf[(piece_start - offset) as usize..(piece_end - offset) as usize];
-            match ext {
-                None => out.fill(0),
-                Some(e) => {
-                    let at = e.block as u64 * bs + (piece_start - file_block * bs);
-                    self.device.read(e.zone, at, out)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Reads at `offset`, seeing buffered data; short only at end of file.
     pub(super) fn read(&mut self, ino: Ino, buf: &mut [u8], offset: u64) -> Result<usize> {
         let size = self.state.inode(ino)?.size;
@@ -266,7 +240,7 @@ impl Inner {
         if self.is_conventional(ino)? {
             return self.read_conventional(ino, buf, offset);
         }
-        self.read_mapped(ino, buf, offset)?;
+        read_mapped(&self.state, &*self.device, ino, buf, offset)?;
         if let Some(w) = self.open.get(&ino).and_then(|o| o.window) {
             let from = w.start.max(offset);
             let to = w.end().min(offset + n as u64);
@@ -341,4 +315,35 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Reads what the device holds for `buf.len()` bytes of a file at `offset` (holes read as
+/// zeros), ignoring the file's window and size. A free function so that it can fill a pool
+/// buffer while the store's other fields are borrowed.
+fn read_mapped(
+    state: &State,
+    device: &dyn ZonedDevice,
+    ino: Ino,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let bs = state.block_size();
+    let end = offset + buf.len() as u64;
+    let inode = state.inode(ino)?;
+    for (file_block, ext, nblocks) in inode.extents.pieces(offset / bs, end.div_ceil(bs)) {
+        let piece_start = (file_block * bs).max(offset);
+        let piece_end = ((file_block + nblocks) * bs).min(end);
+        let out = &mut buf[(piece_start - offset) as usize..(piece_end - offset) as usize];
+        match ext {
+            None => out.fill(0),
+            Some(e) => {
+                let at = e.block as u64 * bs + (piece_start - file_block * bs);
+                device.read(e.zone, at, out)?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -74,8 +74,17 @@ fn decode_header(b: &[u8]) -> Option<Header> {
     })
 }
 
+/// The valid records of a metadata zone, up to the first torn one.
+pub struct ZoneRecords {
+    pub records: Vec<Record>,
+    /// A record failed its checks but a valid later one follows: damage, not a torn tail.
+    pub damaged_at: Option<u64>,
+}
+
 /// Reads the valid records of a metadata zone, stopping at the first torn or foreign one.
-pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<Vec<Record>> {
+/// Only the end of the journal can be torn by a crash, so a valid record found after the
+/// stopping point means the journal was damaged.
+pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> {
     let bs = device.geometry().block_size as u64;
     let wp = device.zone_info(zone)?.write_pointer;
     let mut records = Vec::new();
@@ -106,7 +115,22 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<Vec<Record>> 
         });
         pos += total;
     }
-    Ok(records)
+    let last_seq = records.last().map(|r| r.seq);
+    let mut damaged_at = None;
+    let mut scan = pos + bs;
+    while damaged_at.is_none() && scan + bs <= wp {
+        device.read(zone, scan, &mut block)?;
+        if let Some(h) = decode_header(&block) {
+            if last_seq.is_none_or(|last| h.seq > last) {
+                damaged_at = Some(pos);
+            }
+        }
+        scan += bs;
+    }
+    Ok(ZoneRecords {
+        records,
+        damaged_at,
+    })
 }
 
 /// The writer side: which metadata zone is active and the next sequence number.
@@ -211,14 +235,35 @@ pub struct Recovered {
 }
 
 /// Finds the newest checkpoint and the transactions after it.
+///
+/// A metadata zone that holds data but no readable checkpoint is a checkpoint torn by a
+/// crash only while the other zone is still active (it is finished once the new checkpoint
+/// is durable); otherwise the newest metadata was damaged and recovering from the older zone
+/// would silently roll the store back, so recovery refuses.
 pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut best: Option<(usize, Vec<Record>)> = None;
+    let mut unreadable: Option<ZoneId> = None;
     for (i, zone) in META_ZONES.iter().enumerate() {
-        let records = read_zone(device, *zone)?;
+        let read = read_zone(device, *zone)?;
+        if let Some(at) = read.damaged_at {
+            let what = if at == 0 {
+                "its checkpoint".to_string()
+            } else {
+                format!("the record at byte {at}")
+            };
+            return Err(Error::Corrupt(format!(
+                "metadata zone {zone}: {what} is damaged and valid records follow it"
+            )));
+        }
+        let records = read.records;
         let Some(first) = records.first() else {
+            if device.zone_info(*zone)?.write_pointer > 0 {
+                unreadable = Some(*zone);
+            }
             continue;
         };
         if first.kind != RecordKind::Checkpoint {
+            unreadable = Some(*zone);
             continue;
         }
         if best.as_ref().is_none_or(|(_, b)| b[0].seq < first.seq) {
@@ -226,15 +271,33 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         }
     }
     let Some((active, records)) = best else {
+        if let Some(zone) = unreadable {
+            return Err(Error::Corrupt(format!(
+                "metadata zone {zone} holds data but no readable checkpoint"
+            )));
+        }
         return Ok(None);
     };
+    if let Some(zone) = unreadable {
+        let chosen = device.zone_info(META_ZONES[active])?;
+        if !chosen.state.is_active() {
+            return Err(Error::Corrupt(format!(
+                "the newest checkpoint (metadata zone {zone}) is damaged; refusing to roll \
+                 back to the older one in zone {}",
+                META_ZONES[active]
+            )));
+        }
+    }
     let snapshot: Snapshot = postcard::from_bytes(&records[0].payload)
         .map_err(|e| Error::Corrupt(format!("checkpoint does not decode: {e}")))?;
     let mut last_seq = records[0].seq;
     let mut transactions = Vec::new();
     for rec in &records[1..] {
         if rec.kind != RecordKind::Transaction || rec.seq != last_seq + 1 {
-            break;
+            return Err(Error::Corrupt(format!(
+                "journal record {} follows {last_seq} out of order",
+                rec.seq
+            )));
         }
         let ops: Vec<MetaOp> = postcard::from_bytes(&rec.payload)
             .map_err(|e| Error::Corrupt(format!("transaction {} does not decode: {e}", rec.seq)))?;

@@ -1,0 +1,248 @@
+//! Bad input: damaged, truncated and mismatched images and a full device each give one
+//! clear error, never a panic, and never cost the data that was there.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use valet_vfs::device::{Geometry, ImageDevice, ImageOptions, MemoryDevice, ZonedDevice};
+use valet_vfs::{Error, Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
+
+const ZONE: u64 = 1 << 20;
+
+fn geometry() -> Geometry {
+    Geometry {
+        zone_count: 10,
+        zone_size: ZONE,
+        zone_capacity: ZONE,
+        block_size: 4096,
+        max_open: 4,
+        max_active: 5,
+    }
+}
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        buffers: 4,
+        buffer_size: 64 * 1024,
+        ..Default::default()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+}
+
+/// An image holding two synced files, then closed.
+fn populated_image(path: &Path) {
+    let dev = ImageDevice::create(path, geometry(), ImageOptions::default()).unwrap();
+    let store = Store::open(Arc::new(dev), config()).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    for (name, seed) in [("a.log", 1u8), ("b.sst", 2)] {
+        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        f.write_at(&pattern(300_000, seed), 0).unwrap();
+        f.close().unwrap();
+    }
+}
+
+fn mount_image(path: &Path) -> Result<Store, Error> {
+    let dev = ImageDevice::open(path, ImageOptions::default())?;
+    Store::open(Arc::new(dev), config())
+}
+
+fn assert_intact(store: &Store) {
+    let (_, root) = store.tenant("app").unwrap();
+    for (name, seed) in [("a.log", 1u8), ("b.sst", 2)] {
+        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+        let mut buf = vec![0u8; 300_000];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 300_000);
+        assert_eq!(buf, pattern(300_000, seed), "{name} changed");
+    }
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+fn flip_byte(path: &Path, at: u64) -> u8 {
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, at).unwrap();
+    file.write_all_at(&[b[0] ^ 0x40], at).unwrap();
+    b[0]
+}
+
+fn restore_byte(path: &Path, at: u64, value: u8) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(&[value], at).unwrap();
+}
+
+/// Byte offset in the image of `offset` within `zone` (zones are laid out at a fixed stride
+/// after the header and zone tables, which is what the image's own tests check).
+fn zone_byte(path: &Path, zone: u32, offset: u64) -> u64 {
+    let len = std::fs::metadata(path).unwrap().len();
+    let stride = ZONE;
+    let data_start = len - stride * geometry().zone_count as u64;
+    data_start + zone as u64 * stride + offset
+}
+
+#[test]
+fn truncated_image_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    let full_len = std::fs::metadata(&path).unwrap().len();
+    let copy = std::fs::read(&path).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(full_len / 2).unwrap();
+    let err = mount_image(&path).err().expect("a truncated image must not mount");
+    let msg = err.to_string();
+    assert!(!msg.contains('\n') && msg.contains("zones.img"), "{msg}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), full_len / 2, "no repair");
+    // Put the missing half back: everything is there.
+    std::fs::write(&path, &copy).unwrap();
+    assert_intact(&mount_image(&path).unwrap());
+}
+
+#[test]
+fn corrupted_header_is_refused_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    let old = flip_byte(&path, 12);
+    let msg = mount_image(&path).err().expect("corrupt header").to_string();
+    assert!(!msg.contains('\n'), "{msg}");
+    restore_byte(&path, 12, old);
+    assert_intact(&mount_image(&path).unwrap());
+}
+
+#[test]
+fn damaged_newest_checkpoint_is_refused_rather_than_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    // Each mount writes a fresh checkpoint into the other metadata zone; find the active
+    // one (the zone that is not finished) and damage its checkpoint's payload.
+    let active = {
+        let dev = ImageDevice::open(&path, ImageOptions::default()).unwrap();
+        (0..2)
+            .find(|z| dev.zone_info(*z).unwrap().state.is_active())
+            .expect("one metadata zone is active")
+    };
+    // Just past the 32-byte record header: inside even a small checkpoint's payload.
+    let at = zone_byte(&path, active, 34);
+    let old = flip_byte(&path, at);
+    match mount_image(&path) {
+        Err(Error::Corrupt(msg)) => assert!(msg.contains("checkpoint"), "{msg}"),
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("a damaged checkpoint must not mount"),
+    }
+    restore_byte(&path, at, old);
+    assert_intact(&mount_image(&path).unwrap());
+}
+
+#[test]
+fn wrong_geometry_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    let other = Geometry {
+        zone_count: 20,
+        ..geometry()
+    };
+    let msg = ImageDevice::open_or_create(&path, other, ImageOptions::default())
+        .err()
+        .expect("geometry mismatch")
+        .to_string();
+    assert!(msg.contains("20") && msg.contains("10"), "names both geometries: {msg}");
+    assert_intact(&mount_image(&path).unwrap());
+}
+
+#[test]
+fn blank_device_with_data_but_no_metadata_is_not_formatted() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    dev.write(5, 0, &[7u8; 4096]).unwrap();
+    match Store::open(dev.clone() as Arc<dyn ZonedDevice>, config()) {
+        Err(Error::Corrupt(msg)) => assert!(msg.contains("not a valet store"), "{msg}"),
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+    assert_eq!(dev.zone_info(5).unwrap().write_pointer, 4096, "data left alone");
+}
+
+struct OneStream;
+impl Placement for OneStream {
+    fn place(&self, _: &PlacementRequest<'_>) -> Hint {
+        Hint::zoned(0)
+    }
+}
+
+#[test]
+fn full_device_reports_enospc_and_keeps_what_was_written() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config()).unwrap();
+    let (t, root) = store.tenant("app").unwrap();
+    store.set_placement(t, Arc::new(OneStream));
+    let keep = pattern(1 << 20, 9);
+    let f = store.open_file(root, "keep", OpenOptions::create()).unwrap();
+    f.write_at(&keep, 0).unwrap();
+    f.close().unwrap();
+    let f = store.open_file(root, "fill", OpenOptions::create()).unwrap();
+    let chunk = vec![1u8; 64 * 1024];
+    let mut at = 0u64;
+    let err = loop {
+        match f.write_at(&chunk, at).and_then(|_| f.sync_data()) {
+            Ok(_) => at += chunk.len() as u64,
+            Err(e) => break e,
+        }
+        assert!(at < 20 * ZONE, "the device never filled");
+    };
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    assert_eq!(err.errno(), libc_enospc());
+    // The data zones (8 of 1 MiB) less the GC reserve hold the live data, and no more.
+    assert!(at + (1 << 20) >= 6 * ZONE, "ENOSPC too early: {at} bytes written");
+    drop(f);
+    store.unlink(root, "fill").unwrap();
+    let mut buf = vec![0u8; keep.len()];
+    let g = store.open_file(root, "keep", OpenOptions::read()).unwrap();
+    g.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, keep);
+    // Space comes back once the filler is gone.
+    let h = store.open_file(root, "again", OpenOptions::create()).unwrap();
+    h.write_at(&vec![3u8; 3 << 20], 0).unwrap();
+    h.close().unwrap();
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn nearly_full_device_keeps_collecting_without_enospc() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config()).unwrap();
+    let (t, root) = store.tenant("app").unwrap();
+    store.set_placement(t, Arc::new(OneStream));
+    // Live data: 16 files of 256 KiB = 4 MiB on 8 MiB of data zones, rewritten at random
+    // in 16 KiB pieces for 12 device-fulls: every zone mixes live and dead data.
+    let files = 16u64;
+    let size = 256 * 1024u64;
+    let handles: Vec<_> = (0..files)
+        .map(|i| {
+            let f = store.open_file(root, &format!("f{i}"), OpenOptions::create()).unwrap();
+            f.write_at(&vec![i as u8; size as usize], 0).unwrap();
+            f.sync_data().unwrap();
+            f
+        })
+        .collect();
+    let mut x = 12345u64;
+    let piece = 16 * 1024u64;
+    for _ in 0..(12 * 8 * ZONE / piece) {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let file = (x >> 33) % files;
+        let at = ((x >> 13) % (size / piece)) * piece;
+        let f = &handles[file as usize];
+        f.write_at(&vec![(x >> 40) as u8; piece as usize], at).unwrap();
+        f.sync_data().unwrap();
+    }
+    let stats = store.stats();
+    assert!(stats.gc_bytes_moved > 0, "{stats:?}");
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
