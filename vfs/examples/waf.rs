@@ -1,7 +1,7 @@
 //! Replays an LSM-shaped trace on the store and prints its write amplification as JSON.
 //!
 //!     cargo run --release -p valet-vfs --example waf -- [--single-stream] \
-//!         [--utilization 0.8] [--ftl-op 0.07] [--passes 3] [--seed 1]
+//!         [--utilization 0.8] [--ftl-op 0.07] [--fdp-ruhs N] [--passes 3] [--seed 1]
 //!
 //! The trace is RocksDB's FIFO-compaction shape: a write-ahead log (`*.log`) is appended in
 //! small records and deleted when its memtable is flushed as a table (`*.sst`, written once);
@@ -11,14 +11,17 @@
 //!
 //! The same trace is also laid out the way a conventional filesystem would (first-fit 4 KiB
 //! blocks, TRIM on delete) on the conventional-SSD model with `--ftl-op` over-provisioning,
-//! whose WAF is printed as `ftl_waf`.
+//! whose WAF is printed as `ftl_waf`. With `--fdp-ruhs N` that SSD is an FDP drive with N
+//! reclaim-unit handles, and each write carries the placement identifier the FDP resolver
+//! derives from the file's hint.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
 use valet_vfs::ftl::{Ftl, FtlConfig};
-use valet_vfs::{Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
+use valet_vfs::resolver;
+use valet_vfs::{Hint, OpenOptions, OpenReason, Placement, PlacementRequest, Store, StoreConfig};
 
 const MIB: u64 = 1 << 20;
 const BLOCK: u64 = 4096;
@@ -26,22 +29,33 @@ const MEMTABLE: u64 = 8 * MIB;
 const WAL_RECORD: usize = 4000;
 const SST_WRITE: usize = 64 * 1024;
 
-struct Args {
-    single_stream: bool,
-    utilization: f64,
-    ftl_op: f64,
-    passes: f64,
-    seed: u64,
+pub(crate) struct Args {
+    pub single_stream: bool,
+    pub utilization: f64,
+    pub ftl_op: f64,
+    pub passes: f64,
+    pub seed: u64,
+    pub fdp_ruhs: u32,
+    /// Data zones of 15 MiB (two metadata zones come on top).
+    pub data_zones: u32,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            single_stream: false,
+            utilization: 0.8,
+            ftl_op: 0.07,
+            passes: 3.0,
+            seed: 1,
+            fdp_ruhs: 1,
+            data_zones: 64,
+        }
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        single_stream: false,
-        utilization: 0.8,
-        ftl_op: 0.07,
-        passes: 3.0,
-        seed: 1,
-    };
+    let mut args = Args::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| {
@@ -56,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
             "--ftl-op" => args.ftl_op = value("--ftl-op")?,
             "--passes" => args.passes = value("--passes")?,
             "--seed" => args.seed = value("--seed")? as u64,
+            "--fdp-ruhs" => args.fdp_ruhs = value("--fdp-ruhs")?.max(1.0) as u32,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -65,52 +80,78 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// WAL and tables in their own streams, or everything in one.
+/// WAL and tables in their own streams, or everything in one. The WAL and the tables also
+/// get lifetime groups of their own, which is all an FDP resolver looks at.
 struct LsmPlacement {
     single_stream: bool,
 }
 
 impl Placement for LsmPlacement {
     fn place(&self, request: &PlacementRequest<'_>) -> Hint {
-        if self.single_stream {
-            Hint::zoned(0)
+        let (stream, group) = if self.single_stream {
+            (0, 0)
         } else if request.path.ends_with(".log") {
-            Hint::zoned(1)
+            (1, 1)
         } else {
-            Hint::zoned(2)
+            (2, 2)
+        };
+        Hint {
+            group,
+            ..Hint::zoned(stream)
         }
     }
 }
 
 /// A conventional filesystem's view of the same trace: files as first-fit 1 MiB extents
-/// (ext4's preallocation does much the same) on an SSD whose erase unit is a 16 MiB
+/// (ext4's preallocation does much the same) on an SSD whose erase unit is an 8 MiB
 /// superblock, which sees each 4 KiB block written once and TRIMs on delete.
 struct FsOnSsd {
     ftl: Ftl,
     free: BTreeSet<u64>,
     files: BTreeMap<String, (Vec<u64>, u64)>,
+    placement: LsmPlacement,
+    ruhs: u32,
 }
 
 const FS_EXTENT: u64 = MIB;
-const ERASE_UNIT_PAGES: u32 = (16 * MIB / BLOCK) as u32;
+const ERASE_UNIT_PAGES: u32 = (8 * MIB / BLOCK) as u32;
 
 impl FsOnSsd {
-    fn new(logical_bytes: u64, op: f64) -> Result<Self, String> {
+    fn new(
+        logical_bytes: u64,
+        op: f64,
+        ruhs: u32,
+        placement: LsmPlacement,
+    ) -> Result<Self, String> {
         let config = FtlConfig {
             pages_per_block: ERASE_UNIT_PAGES,
-            ..FtlConfig::new(logical_bytes, op)
+            ..FtlConfig::fdp(logical_bytes, op, ruhs)
         };
         let ftl = Ftl::new(config).map_err(|e| e.to_string())?;
         Ok(FsOnSsd {
             ftl,
             free: (0..logical_bytes / FS_EXTENT).collect(),
             files: BTreeMap::new(),
+            placement,
+            ruhs,
         })
+    }
+
+    /// The placement identifier the FDP resolver gives the file's hint.
+    fn placement_id(&self, file: &str) -> u32 {
+        let hint = self.placement.place(&PlacementRequest {
+            tenant: 0,
+            path: file,
+            reason: OpenReason::Create,
+            size: 0,
+        });
+        resolver::placement_id(&hint, self.ruhs)
     }
 
     /// The file grew to `size` bytes: write the blocks that are now complete (or all of
     /// them at `close`).
     fn grow(&mut self, file: &str, size: u64, close: bool) -> Result<(), String> {
+        let pid = self.placement_id(file);
         let (extents, written) = self.files.entry(file.to_string()).or_default();
         let upto = if close {
             size.div_ceil(BLOCK)
@@ -125,7 +166,7 @@ impl FsOnSsd {
                 extents.push(extent);
             }
             let lba = extents[index] * FS_EXTENT + block * BLOCK % FS_EXTENT;
-            self.ftl.write(lba, BLOCK, 0).map_err(|e| e.to_string())?;
+            self.ftl.write(lba, BLOCK, pid).map_err(|e| e.to_string())?;
             *written += 1;
         }
         Ok(())
@@ -155,10 +196,10 @@ impl Rng {
     }
 }
 
-fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     // ZN540-like limits on a smaller device: 2 metadata + 64 data zones of 15 MiB.
     let geometry = Geometry {
-        zone_count: 66,
+        zone_count: args.data_zones + 2,
         zone_size: 16 * MIB,
         zone_capacity: 15 * MIB,
         block_size: BLOCK as u32,
@@ -175,7 +216,14 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
             single_stream: args.single_stream,
         }),
     );
-    let mut fs = FsOnSsd::new(data_capacity, args.ftl_op)?;
+    let mut fs = FsOnSsd::new(
+        data_capacity,
+        args.ftl_op,
+        args.fdp_ruhs,
+        LsmPlacement {
+            single_stream: args.single_stream,
+        },
+    )?;
 
     let live_target = (args.utilization * data_capacity as f64) as u64;
     let total = (args.passes * data_capacity as f64) as u64;
@@ -257,7 +305,8 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     Ok(format!(
         "{{\"mode\":\"{}\",\"utilization\":{peak_utilization:.3},\"host_bytes\":{},\
          \"device_bytes\":{},\"gc_bytes_moved\":{},\"waf\":{:.4},\"zone_resets\":{},\
-         \"meta_bytes\":{},\"ftl_op\":{},\"ftl_waf\":{:.4},\"ftl_gc_bytes_moved\":{}}}",
+         \"meta_bytes\":{},\"ftl_op\":{},\"ftl_fdp_ruhs\":{},\"ftl_waf\":{:.4},\
+         \"ftl_gc_bytes_moved\":{}}}",
         if args.single_stream {
             "single-stream"
         } else {
@@ -270,6 +319,7 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         stats.zone_resets,
         stats.meta_bytes,
         args.ftl_op,
+        args.fdp_ruhs,
         ftl.waf(),
         ftl.gc_pages_moved * BLOCK,
     ))
