@@ -113,7 +113,9 @@ struct State {
 ///
 /// Opening takes an exclusive `flock` on the file, so one image is used by one device at a
 /// time. Reads of data below the write pointer go to the file without holding the zone
-/// table lock; writes hold it while their data lands.
+/// table lock; writes hold it while their data lands. Write pointers and states reach the
+/// image only through `sync`: what was not synced is gone after a restart, as on a drive
+/// with a volatile cache.
 pub struct ImageDevice {
     path: PathBuf,
     engine: IoEngine,
@@ -341,11 +343,21 @@ impl ZonedDevice for ImageDevice {
     }
 
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.write_overlapped(zone, offset, data, &mut || {})
+    }
+
+    fn write_overlapped(
+        &self,
+        zone: ZoneId,
+        offset: u64,
+        data: &[u8],
+        during: &mut dyn FnMut(),
+    ) -> Result<(), DeviceError> {
         let len = data.len() as u64;
         let mut st = self.lock();
         st.table.check_write(zone, offset, len)?;
         self.engine
-            .write_at(data, self.layout.zone_start(zone) + offset)?;
+            .write_at_while(data, self.layout.zone_start(zone) + offset, during)?;
         st.table.commit_write(zone, offset, len)
     }
 
@@ -813,10 +825,14 @@ mod tests {
         d.write(0, 0, &block(1)).unwrap();
         d.sync().unwrap();
         d.sync().unwrap();
-        assert_eq!((d.lock().seq, d.lock().newest_slot), (2, 1));
+        let slot = |d: &ImageDevice| {
+            let st = d.lock();
+            (st.seq, st.newest_slot)
+        };
+        assert_eq!(slot(&d), (2, 1));
         d.write(0, BS as u64, &block(1)).unwrap();
         d.sync().unwrap();
-        assert_eq!((d.lock().seq, d.lock().newest_slot), (3, 0));
+        assert_eq!(slot(&d), (3, 0));
         assert_eq!(d.sync_count(), 5);
     }
 

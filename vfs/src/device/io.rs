@@ -132,11 +132,24 @@ impl IoEngine {
 
     /// Writes all of `data` at `pos`.
     pub(crate) fn write_at(&self, data: &[u8], pos: u64) -> io::Result<()> {
+        self.write_at_while(data, pos, &mut || {})
+    }
+
+    /// Writes like [`IoEngine::write_at`], running `during` once while the first request is
+    /// in flight (with io_uring the kernel copies the data meanwhile).
+    pub(crate) fn write_at_while(
+        &self,
+        data: &[u8],
+        pos: u64,
+        during: &mut dyn FnMut(),
+    ) -> io::Result<()> {
         let Some(ring) = &self.ring else {
+            during();
             return self.file.write_all_at(data, pos);
         };
         let fd = types::Fd(self.file.as_raw_fd());
         let mut done = 0;
+        let mut during = Some(during);
         while done < data.len() {
             let chunk = &data[done..];
             let len = chunk.len().min(MAX_CHUNK);
@@ -144,7 +157,7 @@ impl IoEngine {
                 .offset(pos + done as u64)
                 .build();
             // SAFETY: `chunk` stays borrowed and alive until `submit` has seen the completion.
-            let n = unsafe { submit(ring, entry)? };
+            let n = unsafe { submit_while(ring, entry, during.take())? };
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
@@ -201,6 +214,19 @@ fn lock(ring: &Mutex<Ring>) -> MutexGuard<'_, Ring> {
 /// # Safety
 /// Memory the entry points to must stay valid until this returns.
 unsafe fn submit(ring: &Mutex<Ring>, entry: squeue::Entry) -> io::Result<usize> {
+    // SAFETY: passed on from the caller.
+    unsafe { submit_while(ring, entry, None) }
+}
+
+/// [`submit`], running `during` after the request went to the kernel and before waiting.
+///
+/// # Safety
+/// Memory the entry points to must stay valid until this returns.
+unsafe fn submit_while(
+    ring: &Mutex<Ring>,
+    entry: squeue::Entry,
+    mut during: Option<&mut dyn FnMut()>,
+) -> io::Result<usize> {
     let mut r = lock(ring);
     if r.broken {
         return Err(io::Error::other("io_uring failed earlier on this device"));
@@ -212,6 +238,12 @@ unsafe fn submit(ring: &Mutex<Ring>, entry: squeue::Entry) -> io::Result<usize> 
         // SAFETY: the caller keeps the buffers alive; we wait for the completion below.
         if unsafe { r.ring.submission().push(&entry) }.is_err() {
             return Err(io::Error::other("io_uring submission queue is full"));
+        }
+        if let Some(during) = during.take() {
+            // Hand the request over without waiting; a refusal here is retried by the
+            // waiting loop below, which submits what is still queued.
+            let _ = r.ring.submit();
+            during();
         }
         let res = loop {
             if let Some(res) = r
@@ -305,7 +337,8 @@ mod tests {
         exercise(&e);
         // Both engines see the same bytes.
         let s = engine(&dir, IoMode::Sync).unwrap();
-        let (mut a, mut b) = (vec![0; 5 * 4096], vec![1; 5 * 4096]);
+        let len = 4 * 4096 + 17; // the whole file
+        let (mut a, mut b) = (vec![0; len], vec![1; len]);
         e.read_at(&mut a, 0).unwrap();
         s.read_at(&mut b, 0).unwrap();
         assert_eq!(a, b);

@@ -308,18 +308,18 @@ mod tests {
     fn power_fail_unsynced_fill_falls_back_to_closed() {
         let d = MemoryDevice::new(geo()).unwrap();
         d.write(0, 0, &block(1)).unwrap();
+        d.write(2, 0, &block(5)).unwrap();
         d.sync().unwrap();
         for i in 1..4 {
             d.write(0, (i * BS) as u64, &block(1)).unwrap();
         }
         assert_eq!(state(&d, 0).0, ZoneState::Full);
-        d.write(2, 0, &block(5)).unwrap();
-        d.sync().unwrap();
         d.write(2, BS as u64, &block(5)).unwrap();
         d.power_fail();
         assert_eq!(state(&d, 0), (ZoneState::Closed, BS as u64));
         assert_eq!(state(&d, 2), (ZoneState::Closed, BS as u64));
         // Filled and synced stays Full.
+        d.reset(2).unwrap();
         for i in 0..4 {
             d.write(3, (i * BS) as u64, &block(6)).unwrap();
         }

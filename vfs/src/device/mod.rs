@@ -185,6 +185,19 @@ pub trait ZonedDevice: Send + Sync {
     /// Writes `data` at `offset`, which must equal the zone's write pointer. Block aligned.
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
 
+    /// [`ZonedDevice::write`], running `during` while the write is in flight where the
+    /// backend writes asynchronously (the store checksums the data meanwhile).
+    fn write_overlapped(
+        &self,
+        zone: ZoneId,
+        offset: u64,
+        data: &[u8],
+        during: &mut dyn FnMut(),
+    ) -> Result<(), DeviceError> {
+        during();
+        self.write(zone, offset, data)
+    }
+
     /// Writes `data` wherever the write pointer is and returns the offset it landed at.
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError>;
 

@@ -164,8 +164,11 @@ impl Inner {
                 self.allocate(key, &hint, ((total - written) as u64 / bs) as u32, false)?;
             let len = nblocks as usize * bs as usize;
             let data = &self.pool.get(window.buf)[written..written + len];
-            let crc = crc32c::crc32c(data);
-            self.device.write(zone, block as u64 * bs, data)?;
+            let mut crc = 0;
+            self.device
+                .write_overlapped(zone, block as u64 * bs, data, &mut || {
+                    crc = crc32c::crc32c(data)
+                })?;
             self.advance(zone, nblocks);
             self.counters.streams.entry(key).or_default().device += len as u64;
             self.record(MetaOp::MapExtent {
