@@ -30,7 +30,9 @@ fn config() -> StoreConfig {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 /// An image holding two synced files, then closed.
@@ -62,7 +64,11 @@ fn assert_intact(store: &Store) {
 }
 
 fn flip_byte(path: &Path, at: u64) -> u8 {
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8];
     file.read_exact_at(&mut b, at).unwrap();
     file.write_all_at(&[b[0] ^ 0x40], at).unwrap();
@@ -92,10 +98,16 @@ fn truncated_image_is_refused_untouched() {
     let copy = std::fs::read(&path).unwrap();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(full_len / 2).unwrap();
-    let err = mount_image(&path).err().expect("a truncated image must not mount");
+    let err = mount_image(&path)
+        .err()
+        .expect("a truncated image must not mount");
     let msg = err.to_string();
     assert!(!msg.contains('\n') && msg.contains("zones.img"), "{msg}");
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), full_len / 2, "no repair");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        full_len / 2,
+        "no repair"
+    );
     // Put the missing half back: everything is there.
     std::fs::write(&path, &copy).unwrap();
     assert_intact(&mount_image(&path).unwrap());
@@ -107,7 +119,10 @@ fn corrupted_header_is_refused_and_nothing_is_lost() {
     let path = dir.path().join("zones.img");
     populated_image(&path);
     let old = flip_byte(&path, 12);
-    let msg = mount_image(&path).err().expect("corrupt header").to_string();
+    let msg = mount_image(&path)
+        .err()
+        .expect("corrupt header")
+        .to_string();
     assert!(!msg.contains('\n'), "{msg}");
     restore_byte(&path, 12, old);
     assert_intact(&mount_image(&path).unwrap());
@@ -151,7 +166,10 @@ fn wrong_geometry_is_refused_by_name() {
         .err()
         .expect("geometry mismatch")
         .to_string();
-    assert!(msg.contains("20") && msg.contains("10"), "names both geometries: {msg}");
+    assert!(
+        msg.contains("20") && msg.contains("10"),
+        "names both geometries: {msg}"
+    );
     assert_intact(&mount_image(&path).unwrap());
 }
 
@@ -163,7 +181,11 @@ fn blank_device_with_data_but_no_metadata_is_not_formatted() {
         Err(Error::Corrupt(msg)) => assert!(msg.contains("not a valet store"), "{msg}"),
         other => panic!("expected a refusal, got {:?}", other.err()),
     }
-    assert_eq!(dev.zone_info(5).unwrap().write_pointer, 4096, "data left alone");
+    assert_eq!(
+        dev.zone_info(5).unwrap().write_pointer,
+        4096,
+        "data left alone"
+    );
 }
 
 struct OneStream;
@@ -180,10 +202,14 @@ fn full_device_reports_enospc_and_keeps_what_was_written() {
     let (t, root) = store.tenant("app").unwrap();
     store.set_placement(t, Arc::new(OneStream));
     let keep = pattern(1 << 20, 9);
-    let f = store.open_file(root, "keep", OpenOptions::create()).unwrap();
+    let f = store
+        .open_file(root, "keep", OpenOptions::create())
+        .unwrap();
     f.write_at(&keep, 0).unwrap();
     f.close().unwrap();
-    let f = store.open_file(root, "fill", OpenOptions::create()).unwrap();
+    let f = store
+        .open_file(root, "fill", OpenOptions::create())
+        .unwrap();
     let chunk = vec![1u8; 64 * 1024];
     let mut at = 0u64;
     let err = loop {
@@ -196,7 +222,10 @@ fn full_device_reports_enospc_and_keeps_what_was_written() {
     assert!(matches!(err, Error::NoSpace(_)), "{err}");
     assert_eq!(err.errno(), libc_enospc());
     // The data zones (8 of 1 MiB) less the GC reserve hold the live data, and no more.
-    assert!(at + (1 << 20) >= 6 * ZONE, "ENOSPC too early: {at} bytes written");
+    assert!(
+        at + (1 << 20) >= 6 * ZONE,
+        "ENOSPC too early: {at} bytes written"
+    );
     drop(f);
     store.unlink(root, "fill").unwrap();
     let mut buf = vec![0u8; keep.len()];
@@ -204,7 +233,9 @@ fn full_device_reports_enospc_and_keeps_what_was_written() {
     g.read_at(&mut buf, 0).unwrap();
     assert_eq!(buf, keep);
     // Space comes back once the filler is gone.
-    let h = store.open_file(root, "again", OpenOptions::create()).unwrap();
+    let h = store
+        .open_file(root, "again", OpenOptions::create())
+        .unwrap();
     h.write_at(&vec![3u8; 3 << 20], 0).unwrap();
     h.close().unwrap();
     assert!(store.fsck().unwrap().is_clean());
@@ -222,7 +253,9 @@ fn nearly_full_device_keeps_collecting_without_enospc() {
     let size = 256 * 1024u64;
     let handles: Vec<_> = (0..files)
         .map(|i| {
-            let f = store.open_file(root, &format!("f{i}"), OpenOptions::create()).unwrap();
+            let f = store
+                .open_file(root, &format!("f{i}"), OpenOptions::create())
+                .unwrap();
             f.write_at(&vec![i as u8; size as usize], 0).unwrap();
             f.sync_data().unwrap();
             f
@@ -231,11 +264,14 @@ fn nearly_full_device_keeps_collecting_without_enospc() {
     let mut x = 12345u64;
     let piece = 16 * 1024u64;
     for _ in 0..(12 * 8 * ZONE / piece) {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let file = (x >> 33) % files;
         let at = ((x >> 13) % (size / piece)) * piece;
         let f = &handles[file as usize];
-        f.write_at(&vec![(x >> 40) as u8; piece as usize], at).unwrap();
+        f.write_at(&vec![(x >> 40) as u8; piece as usize], at)
+            .unwrap();
         f.sync_data().unwrap();
     }
     let stats = store.stats();
