@@ -1,0 +1,74 @@
+//! Opening the device a run stores its files on: the embedded default (an emulated ZNS image
+//! in a directory, created on first use) or a zonefs mount of a real drive.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use valet_vfs::device::{
+    Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice, ZonefsDevice, ZonefsOptions,
+};
+use valet_vfs::{Store, StoreConfig};
+
+/// Where the store lives and how to create it.
+#[derive(Clone, Debug)]
+pub struct DeviceSpec {
+    /// A directory holding `zones.img` and the conventional area `conventional/`.
+    pub dir: PathBuf,
+    /// A zonefs mount to use instead of the image (its conventional area stays in `dir`).
+    pub zonefs: Option<PathBuf>,
+    /// Zone capacity of the zonefs drive, when the mount does not say.
+    pub zonefs_capacity: Option<u64>,
+    /// Geometry for a new image (ignored when the image exists).
+    pub geometry: Geometry,
+    pub io: IoMode,
+}
+
+impl DeviceSpec {
+    pub fn image_path(&self) -> PathBuf {
+        self.dir.join("zones.img")
+    }
+
+    fn conventional_dir(&self) -> PathBuf {
+        self.dir.join("conventional")
+    }
+
+    /// Opens (creating on first use) the device.
+    pub fn open_device(&self) -> Result<Arc<dyn ZonedDevice>> {
+        if let Some(root) = &self.zonefs {
+            let options = ZonefsOptions {
+                zone_capacity: self.zonefs_capacity,
+                ..Default::default()
+            };
+            let dev = ZonefsDevice::open(root, options)
+                .with_context(|| format!("opening zonefs at {}", root.display()))?;
+            return Ok(Arc::new(dev));
+        }
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let options = ImageOptions {
+            io: self.io,
+            accept_existing_geometry: true,
+        };
+        let dev = ImageDevice::open_or_create(self.image_path(), self.geometry, options)?;
+        Ok(Arc::new(dev))
+    }
+
+    /// Mounts the store on the device.
+    pub fn mount(&self) -> Result<Store> {
+        let device = self.open_device()?;
+        let config = StoreConfig {
+            conventional_dir: Some(self.conventional_dir()),
+            ..Default::default()
+        };
+        Store::open(device, config).context("mounting the store")
+    }
+
+    /// Mounts an existing store only: tools that inspect must not create one.
+    pub fn mount_existing(&self) -> Result<Store> {
+        if self.zonefs.is_none() && !self.image_path().exists() {
+            anyhow::bail!("no store at {}", Path::new(&self.dir).display());
+        }
+        self.mount()
+    }
+}

@@ -1,0 +1,10 @@
+//! valet-runtime: the `valet-run` host. It runs unmodified WASI applications (wasm32-wasip1,
+//! and wasm32-wasip1-threads) with valet-vfs's zoned store as their filesystem, so every
+//! file they write is placed by a policy without the application knowing.
+//!
+//! Not here: the store itself (valet-vfs), policies (policies/), guests (guests/).
+
+pub mod device;
+pub mod host;
+pub mod stats;
+pub mod wasi_fs;
