@@ -24,6 +24,8 @@ pub enum Error {
     Invalid(&'static str),
     #[error("path leaves its mount")]
     Escape,
+    #[error("operation not permitted: {0}")]
+    NotAllowed(&'static str),
     #[error("bad file handle")]
     BadHandle,
     #[error("file not open for {0}")]
@@ -53,7 +55,7 @@ impl Error {
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::NameTooLong => libc::ENAMETOOLONG,
             Error::Invalid(_) => libc::EINVAL,
-            Error::Escape => libc::EPERM,
+            Error::Escape | Error::NotAllowed(_) => libc::EPERM,
             Error::BadHandle | Error::NotPermitted(_) => libc::EBADF,
             Error::TooLarge => libc::EFBIG,
             Error::NoSpace(_) => libc::ENOSPC,

@@ -21,6 +21,11 @@ pub struct Hint {
     pub group: u32,
     /// When the stream moves on to a new group, start it in a fresh zone.
     pub group_starts_zone: bool,
+    /// Start a new lifetime group every this many MiB the tenant writes to the stream
+    /// (0 = never). Policies have no clock or byte counter of their own: the store rotates.
+    pub rotate_mib: u32,
+    /// Start a new lifetime group every this many seconds (0 = never).
+    pub rotate_secs: u32,
 }
 
 impl Hint {
@@ -31,6 +36,8 @@ impl Hint {
             stream,
             group: 0,
             group_starts_zone: false,
+            rotate_mib: 0,
+            rotate_secs: 0,
         }
     }
 
@@ -38,10 +45,21 @@ impl Hint {
     pub const fn conventional() -> Hint {
         Hint {
             class: Class::Conventional,
-            stream: 0,
-            group: 0,
-            group_starts_zone: false,
+            ..Hint::zoned(0)
         }
+    }
+
+    /// The lifetime group data written now belongs to: the hint's group, moved on by one
+    /// for every `rotate_mib` the stream has taken and every `rotate_secs` elapsed.
+    pub fn group_at(&self, stream_bytes: u64, now_secs: u64) -> u32 {
+        let mut epoch = 0u64;
+        if self.rotate_mib > 0 {
+            epoch += stream_bytes / ((self.rotate_mib as u64) << 20);
+        }
+        if self.rotate_secs > 0 {
+            epoch += now_secs / self.rotate_secs as u64;
+        }
+        self.group.wrapping_add(epoch as u32)
     }
 }
 
@@ -99,6 +117,21 @@ pub trait Placement: Send + Sync {
 
     /// Feedback for policies that learn; ignored by default.
     fn event(&self, _event: &FileEvent<'_>) {}
+
+    /// Name for the stats.
+    fn name(&self) -> String {
+        "default".into()
+    }
+
+    /// Decisions asked of it so far.
+    fn decisions(&self) -> u64 {
+        0
+    }
+
+    /// Decisions that fell back to the default because the placement failed.
+    fn faults(&self) -> u64 {
+        0
+    }
 }
 
 /// The built-in decision: tiny in-place files conventional, logs and tables apart.
@@ -141,6 +174,19 @@ mod tests {
             reason: OpenReason::Create,
             size: 0,
         })
+    }
+
+    #[test]
+    fn rotation_moves_the_group_by_bytes_and_time() {
+        let mut h = Hint::zoned(1);
+        h.group = 10;
+        assert_eq!(h.group_at(5 << 30, 1_000), 10, "no rotation asked");
+        h.rotate_mib = 64;
+        assert_eq!(h.group_at(63 << 20, 0), 10);
+        assert_eq!(h.group_at(64 << 20, 0), 11);
+        h.rotate_secs = 30;
+        assert_eq!(h.group_at(0, 59), 11);
+        assert_eq!(h.group_at(128 << 20, 60), 14);
     }
 
     #[test]

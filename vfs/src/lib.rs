@@ -21,7 +21,7 @@ mod store;
 
 pub use error::{Error, Result};
 pub use hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest};
-pub use stats::{Stats, StreamStats};
+pub use stats::{PolicyStats, Stats, StreamStats, TenantStats};
 pub use store::{
     DirEntry, FileHandle, FileKind, FsckReport, Ino, Metadata, OpenOptions, Store, StoreConfig,
     TenantId,

@@ -30,6 +30,16 @@ pub struct TenantStats {
     pub waf: f64,
 }
 
+/// A tenant's placement policy: how often it decided and how often it failed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyStats {
+    pub tenant: u32,
+    pub name: String,
+    pub decisions: u64,
+    /// Calls that trapped, timed out or answered nonsense (the default decided instead).
+    pub faults: u64,
+}
+
 /// The store's accounting, as exported (`--stats-json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -57,6 +67,7 @@ pub struct Stats {
     pub live_bytes: u64,
     pub streams: Vec<StreamStats>,
     pub tenants: Vec<TenantStats>,
+    pub policies: Vec<PolicyStats>,
 }
 
 /// `num / den`, 1.0 for an empty denominator.

@@ -445,16 +445,24 @@ fn describe(g: &Geometry) -> String {
 }
 
 fn lock_file(path: &Path, file: &File) -> Result<(), DeviceError> {
-    // SAFETY: plain syscall on a descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Err(bad(path, "image is in use by another process"))
-    } else {
-        Err(bad(path, format!("cannot lock: {err}")))
+    // A process killed a moment ago may still hold the lock for a few milliseconds while
+    // the kernel tears down its io_uring; a supervisor restarting it must not fail for that.
+    const PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+    let start = std::time::Instant::now();
+    loop {
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(bad(path, format!("cannot lock: {err}")));
+        }
+        if start.elapsed() >= PATIENCE {
+            return Err(bad(path, "image is in use by another process"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

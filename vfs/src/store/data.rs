@@ -135,8 +135,15 @@ impl Inner {
         Ok(w.buf)
     }
 
-    /// Writes the file's dirty window to the device as extents.
+    /// Writes the file's dirty window to the device as extents, then commits if enough
+    /// metadata is pending.
     pub(super) fn flush(&mut self, ino: Ino) -> Result<()> {
+        self.flush_window(ino)?;
+        self.commit_if_due()
+    }
+
+    /// Writes the file's dirty window to the device as extents.
+    fn flush_window(&mut self, ino: Ino) -> Result<()> {
         let Some(window) = self.open.get(&ino).and_then(|o| o.window) else {
             return Ok(());
         };
@@ -156,7 +163,12 @@ impl Inner {
             tail[upto..].fill(0);
         }
         let key = self.stream_of(ino)?;
-        let hint = self.state.inode(ino)?.hint;
+        let mut hint = self.state.inode(ino)?.hint;
+        let stream_bytes = self.counters.streams.get(&key).map_or(0, |c| c.host);
+        hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
+        // Size first: a commit between the records (allocation may commit) must never make
+        // extents durable past the durable size.
+        self.record_attr(ino)?;
         let total = (padded_end - window.start) as usize;
         let mut written = 0usize;
         while written < total {
@@ -183,7 +195,6 @@ impl Inner {
             })?;
             written += len;
         }
-        self.record_attr(ino)?;
         // Keep the last partial block: the next flush rewrites it with what follows.
         let keep_from = end / bs * bs;
         let keep = (end - keep_from) as usize;
@@ -269,12 +280,6 @@ impl Inner {
             self.pool.give_back(w.buf);
         }
         let old = self.state.inode(ino)?.size;
-        let now = now_ns();
-        let inode = self.state.inode_mut(ino)?;
-        inode.size = size;
-        inode.mtime_ns = now;
-        inode.ctime_ns = now;
-        self.record_attr(ino)?;
         let bs = self.state.block_size();
         let mapped_tail = self
             .state
@@ -284,15 +289,27 @@ impl Inner {
             .first()
             .is_some_and(|(_, e, _)| e.is_some());
         if size < old && size % bs != 0 && mapped_tail {
-            self.start_window(ino, size)?;
-            self.open
+            // Zero the new last block past the new end before the size is journaled, with
+            // no commit between the two records: were the size durable with the old bytes
+            // still in that block, a crash would let them reappear when the file grows.
+            let w = self.start_window(ino, size)?;
+            self.pool.get_mut(w.buf)[w.len..bs as usize].fill(0);
+            let w = self
+                .open
                 .get_mut(&ino)
                 .and_then(|o| o.window.as_mut())
-                .expect("window just started")
-                .dirty = true;
-            self.flush(ino)?;
+                .expect("window just started");
+            w.len = bs as usize;
+            w.dirty = true;
+            self.flush_window(ino)?;
         }
-        Ok(())
+        let now = now_ns();
+        let inode = self.state.inode_mut(ino)?;
+        inode.size = size;
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        self.record_attr(ino)?;
+        self.commit_if_due()
     }
 
     /// fsync / fdatasync / close: the file's data and the metadata that finds it are durable

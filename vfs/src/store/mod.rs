@@ -207,6 +207,13 @@ impl Placements {
             .unwrap_or_else(|| Arc::new(DefaultPlacement))
     }
 
+    fn all(&self) -> Vec<(TenantId, Arc<dyn Placement>)> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = map.iter().map(|(t, p)| (*t, p.clone())).collect();
+        all.sort_by_key(|(t, _)| *t);
+        all
+    }
+
     fn set(&self, tenant: TenantId, placement: Arc<dyn Placement>) {
         self.0
             .write()
@@ -449,6 +456,19 @@ impl Store {
         self.lock().stats()
     }
 
+    /// Every data zone that a stream owns now, as (zone, tenant, stream), by zone. Read-only;
+    /// for tools and tests that check that tenants and streams never share a zone.
+    pub fn zone_owners(&self) -> Vec<(ZoneId, TenantId, u32)> {
+        let inner = self.lock();
+        let owners = inner.state.zones.owner.iter().enumerate();
+        owners
+            .filter_map(|(zone, owner)| match owner {
+                Some(ZoneUse::Data(key)) => Some((zone as ZoneId, key.tenant, key.stream)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Flushes everything and commits; the store stays usable. Same as [`Store::sync`].
     pub fn unmount(self) -> Result<()> {
         self.sync()
@@ -589,11 +609,17 @@ impl Drop for FileHandle {
 }
 
 impl Inner {
-    /// Applies an operation and queues it for the journal.
+    /// Applies an operation and queues it for the journal. Never commits: the records of
+    /// one operation (a rename's unlink and link) must reach the journal together.
     fn record(&mut self, op: MetaOp) -> Result<()> {
         self.state.apply(&op)?;
         self.pending.push(op);
         self.reclaim_emptied();
+        Ok(())
+    }
+
+    /// Commits once `max_pending_ops` are pending; called where an operation is complete.
+    fn commit_if_due(&mut self) -> Result<()> {
         if self.pending.len() >= self.config.max_pending_ops {
             self.commit()?;
         }
@@ -751,7 +777,8 @@ impl Inner {
             mtime_ns: mtime.unwrap_or(inode.mtime_ns),
             ctime_ns: now_ns(),
         };
-        self.record(op)
+        self.record(op)?;
+        self.commit_if_due()
     }
 
     fn stats(&self) -> Stats {
@@ -809,6 +836,14 @@ impl Inner {
             t.name = names(id);
             t.waf = ratio(t.device_bytes, t.host_bytes);
             stats.tenants.push(t);
+        }
+        for (tenant, placement) in self.placements.all() {
+            stats.policies.push(crate::stats::PolicyStats {
+                tenant,
+                name: placement.name(),
+                decisions: placement.decisions(),
+                faults: placement.faults(),
+            });
         }
         stats.waf = ratio(stats.device_bytes, stats.host_bytes);
         stats.waf_with_meta = ratio(stats.device_bytes + stats.meta_bytes, stats.host_bytes);

@@ -5,7 +5,8 @@
 //! newest transaction is the only one whose device sync may not have completed, so its new
 //! extents are also checked against the crc32c they were written with; if any does not
 //! match, that transaction was never acknowledged and is dropped. The mount then resets
-//! zones that hold no live data, frees orphaned inodes and writes a fresh checkpoint.
+//! zones that hold no live data, frees orphaned inodes, writes a fresh checkpoint and only
+//! then resets the zones the orphans held.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -145,6 +146,9 @@ pub(super) fn mount(
     inner.journal.retire_previous()?;
     inner.pending.clear();
     inner.unsynced_writes = false;
+    // Only now that no journal names the orphans' data may their zones be reset: before,
+    // a crash would replay a journal whose newest extents read back as reset zones.
+    inner.reset_freed_zones()?;
     Ok(inner)
 }
 
@@ -234,7 +238,6 @@ impl Inner {
             self.state.apply(&MetaOp::FreeInode { ino })?;
         }
         self.reclaim_emptied();
-        self.reset_freed_zones()?;
         let state = &self.state;
         if let Some(conv) = &mut self.conv {
             conv.remove_orphans(|ino| {

@@ -1,8 +1,9 @@
 //! Paths and directory operations.
 //!
 //! Paths are relative to a directory inode and `/`-separated. Empty and `.` components are
-//! skipped; `..` climbs to the parent but never above the tenant's root (that is an
-//! [`Error::Escape`]), so no path reaches another tenant. Names are at most 255 bytes and
+//! skipped; `..` climbs to the parent but never above the directory the path is relative to
+//! (that is an [`Error::Escape`], as WASI requires of a directory descriptor), so no path
+//! reaches above its tenant's root or into another tenant. Names are at most 255 bytes and
 //! contain no NUL. There are no symlinks.
 
 use super::state::{FileKind, Ino, MetaOp, State, TenantId};
@@ -11,6 +12,9 @@ use crate::hint::{FileEvent, Hint};
 use crate::{Error, Result};
 
 const NAME_MAX: usize = 255;
+
+/// Why [`State::resolve_parent`] refused a path ending in `.` or `..`.
+const DOT_LAST: &str = "path ends in . or ..";
 
 fn check_name(name: &str) -> Result<()> {
     if name.len() > NAME_MAX {
@@ -30,8 +34,10 @@ impl State {
             .is_some_and(|t| t.root == ino)
     }
 
-    /// Walks `components` from `dir`, each of which must be a directory.
+    /// Walks `components` from `dir`, each of which must be a directory. `..` never climbs
+    /// above `dir`: with no symlinks, the depth below `dir` is known from the names alone.
     fn walk<'p>(&self, mut dir: Ino, components: impl Iterator<Item = &'p str>) -> Result<Ino> {
+        let mut depth = 0usize;
         for c in components {
             let inode = self.inode(dir)?;
             if inode.kind != FileKind::Dir {
@@ -39,10 +45,14 @@ impl State {
             }
             dir = match c {
                 "" | "." => dir,
-                ".." if self.is_root(dir) => return Err(Error::Escape),
-                ".." => inode.parent,
+                ".." if depth == 0 || self.is_root(dir) => return Err(Error::Escape),
+                ".." => {
+                    depth -= 1;
+                    inode.parent
+                }
                 name => {
                     check_name(name)?;
+                    depth += 1;
                     *inode.entries.get(name).ok_or(Error::NotFound)?
                 }
             };
@@ -66,7 +76,8 @@ impl State {
     }
 
     /// The directory that holds the last component of `path`, and that component.
-    /// A last component of `.` or `..` is refused: it names no entry that can be created.
+    /// A last component of `.` or `..` is refused with `Invalid(DOT_LAST)` (after the components
+    /// before it, whose errors come first): it names no entry that can be created.
     pub fn resolve_parent(&self, dir: Ino, path: &str) -> Result<(Ino, String)> {
         if path.starts_with('/') {
             return Err(Error::Escape);
@@ -79,10 +90,6 @@ impl State {
         if last.is_empty() {
             return Err(Error::NotFound);
         }
-        if last == "." || last == ".." {
-            return Err(Error::Invalid("path ends in . or .."));
-        }
-        check_name(last)?;
         let parent = match head {
             Some(head) => self.walk(dir, head.split('/'))?,
             None => self.walk(dir, std::iter::empty())?,
@@ -90,6 +97,12 @@ impl State {
         if self.inode(parent)?.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
+        if last == "." || last == ".." {
+            // A final `..` that climbs above `dir` is an escape before it is anything else.
+            self.walk(dir, trimmed.split('/'))?;
+            return Err(Error::Invalid(DOT_LAST));
+        }
+        check_name(last)?;
         Ok((parent, last.to_string()))
     }
 
@@ -184,11 +197,19 @@ impl Inner {
             ino,
         })?;
         self.touch_dir(parent)?;
+        self.commit_if_due()?;
         Ok(ino)
     }
 
     pub(super) fn create_dir(&mut self, dir: Ino, path: &str) -> Result<Ino> {
-        let (parent, name) = self.state.resolve_parent(dir, path)?;
+        let (parent, name) = match self.state.resolve_parent(dir, path) {
+            // `mkdir .` or `mkdir d/..` names a directory that exists (POSIX: EEXIST).
+            Err(Error::Invalid(DOT_LAST)) => {
+                self.state.lookup(dir, path)?;
+                return Err(Error::Exists);
+            }
+            r => r?,
+        };
         let p = self.state.inode(parent)?;
         if p.entries.contains_key(&name) {
             return Err(Error::Exists);
@@ -209,6 +230,7 @@ impl Inner {
             ino,
         })?;
         self.touch_dir(parent)?;
+        self.commit_if_due()?;
         Ok(ino)
     }
 
@@ -229,11 +251,19 @@ impl Inner {
         }
         self.record(MetaOp::Unlink { dir: parent, name })?;
         self.record(MetaOp::FreeInode { ino })?;
-        self.touch_dir(parent)
+        self.touch_dir(parent)?;
+        self.commit_if_due()
     }
 
     pub(super) fn unlink(&mut self, dir: Ino, path: &str) -> Result<()> {
-        let (parent, name) = self.state.resolve_parent(dir, path)?;
+        let (parent, name) = match self.state.resolve_parent(dir, path) {
+            // `unlink .` names a directory (Linux: EISDIR, as for any directory here).
+            Err(Error::Invalid(DOT_LAST)) => {
+                self.state.lookup(dir, path)?;
+                return Err(Error::IsDir);
+            }
+            r => r?,
+        };
         let ino = *self
             .state
             .inode(parent)?
@@ -248,7 +278,8 @@ impl Inner {
         }
         let full = self.state.path_of_new(parent, &name);
         self.drop_link(parent, &name, ino, &full)?;
-        self.touch_dir(parent)
+        self.touch_dir(parent)?;
+        self.commit_if_due()
     }
 
     /// Removes one entry; frees the file if that was its last link and nobody has it open.
@@ -351,6 +382,7 @@ impl Inner {
         })?;
         self.touch_dir(src_parent)?;
         self.touch_dir(dst_parent)?;
+        self.commit_if_due()?;
         if kind == FileKind::Dir {
             return Ok(None);
         }
@@ -365,7 +397,7 @@ impl Inner {
     pub(super) fn link(&mut self, from_dir: Ino, from: &str, to_dir: Ino, to: &str) -> Result<()> {
         let ino = self.state.lookup(from_dir, from)?;
         if self.state.inode(ino)?.kind == FileKind::Dir {
-            return Err(Error::NotPermitted("linking a directory"));
+            return Err(Error::NotAllowed("hard links to directories"));
         }
         let (parent, name) = self.state.resolve_parent(to_dir, to)?;
         if self.state.inode(parent)?.entries.contains_key(&name) {
@@ -379,7 +411,8 @@ impl Inner {
             name,
             ino,
         })?;
-        self.touch_dir(parent)
+        self.touch_dir(parent)?;
+        self.commit_if_due()
     }
 
     /// A directory changed: its mtime and ctime move.
