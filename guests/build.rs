@@ -1,12 +1,57 @@
-//! Builds the guest programs in `programs/` for wasm32-wasip1 and writes their paths to
+//! Builds the guest programs in `programs/` for WASI and writes their paths to
 //! `$OUT_DIR/guests.rs`, the way wasmtime's test-programs artifacts are built.
+//!
+//! Programs whose name starts with `threads_` are built for `wasm32-wasip1-threads` (shared
+//! memory, `wasi::thread-spawn`, so `std::thread` works); all others for `wasm32-wasip1`.
+//! One cargo invocation per target, each naming its programs with `--bin`.
 
 use std::env;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "wasm32-wasip1";
+const THREADS_TARGET: &str = "wasm32-wasip1-threads";
+const THREADS_PREFIX: &str = "threads_";
+
+fn target_of(name: &str) -> &'static str {
+    if name.starts_with(THREADS_PREFIX) {
+        THREADS_TARGET
+    } else {
+        TARGET
+    }
+}
+
+fn build(programs: &Path, target_dir: &Path, target: &str, names: &[&String]) {
+    if names.is_empty() {
+        return;
+    }
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args(["build", "--release", "--target", target])
+        .arg("--manifest-path")
+        .arg(programs.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    for name in names {
+        command.args(["--bin", name]);
+    }
+    let status = command
+        // Flags meant for the host build must not leak into the guests'.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .status()
+        .expect("running cargo for the guest programs");
+    if !status.success() {
+        panic!(
+            "building the guest programs for {target} failed; is the target installed? \
+             (`rustup target add {target}`, which `.ci/setup` does)"
+        );
+    }
+}
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
@@ -18,28 +63,6 @@ fn main() {
         programs.join("Cargo.toml").display()
     );
 
-    let target_dir = out_dir.join("target");
-    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--bins", "--target", TARGET])
-        .arg("--manifest-path")
-        .arg(programs.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir)
-        // Flags meant for the host build must not leak into the guests'.
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .expect("running cargo for the guest programs");
-    if !status.success() {
-        panic!(
-            "building the guest programs failed; is the target installed? \
-             (`rustup target add {TARGET}`, which `.ci/setup` does)"
-        );
-    }
-
     let mut names: Vec<String> = std::fs::read_dir(programs.join("src/bin"))
         .expect("programs/src/bin")
         .filter_map(|e| {
@@ -48,17 +71,25 @@ fn main() {
         })
         .collect();
     names.sort();
+
+    let target_dir = out_dir.join("target");
+    for target in [TARGET, THREADS_TARGET] {
+        let these: Vec<&String> = names.iter().filter(|n| target_of(n) == target).collect();
+        build(&programs, &target_dir, target, &these);
+    }
+
     let mut generated = String::new();
     for name in names {
+        let target = target_of(&name);
         let wasm = target_dir
-            .join(TARGET)
+            .join(target)
             .join("release")
             .join(format!("{name}.wasm"));
         assert!(wasm.exists(), "{} was not built", wasm.display());
         let constant = name.to_uppercase().replace('-', "_");
         writeln!(
             generated,
-            "/// `programs/src/bin/{name}.rs` built for {TARGET}.\npub const {constant}: &str = {:?};",
+            "/// `programs/src/bin/{name}.rs` built for {target}.\npub const {constant}: &str = {:?};",
             wasm.display().to_string()
         )
         .unwrap();

@@ -1,6 +1,18 @@
 //! Running one guest: a wasmtime engine, a WASIp1 context whose preopened directories are
 //! the store (and any plain host directories), and wasi-threads for guests built for
 //! `wasm32-wasip1-threads`.
+//!
+//! Threads (wasmtime-wasi-threads 36): every `wasi::thread-spawn` starts an OS thread with a
+//! new wasmtime store and instance on the guest's shared memory; the [`WasiCtx`] (its fd
+//! table and preopens) is shared, so descriptors work across threads. Limits:
+//! - a trap or `proc_exit` in a *spawned* thread ends the whole host process at once
+//!   (`std::process::exit`, code 1 or the `proc_exit` code): no final store sync, no
+//!   `--stats`, and with `--tenants` every other tenant dies too. Data the guest had
+//!   fsynced is durable (the store's guarantee); anything else is lost as in a crash.
+//!   A trap or exit in the main thread is reported normally.
+//! - when `_start` returns, threads still running are cut off (as a native process's are).
+//! - nothing bounds how many threads a guest spawns (one OS thread each).
+//! - store calls run under the store's one lock, so threads' file I/O does not overlap.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,7 +4,13 @@
 //!
 //! Not here: the store itself (valet-vfs), policies (policies/), guests (guests/).
 
+pub mod admin;
 pub mod device;
+pub mod fs_cmd;
 pub mod host;
+pub mod policy;
+pub mod policy_cmd;
 pub mod stats;
+pub mod tenants;
+pub mod trace;
 pub mod wasi_fs;

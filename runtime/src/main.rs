@@ -1,37 +1,78 @@
 //! `valet-run`: run an unmodified WASI application on Valet's zoned store.
 //!
-//!     valet-run [OPTIONS] APP.wasm [-- ARGS...]
+//!     valet-run [OPTIONS] APP.wasm [-- ARGS...]      one guest
+//!     valet-run [OPTIONS] --tenants FILE.toml        several guests, one tenant each
+//!     valet-run fs ls|cat|import|export|fsck|tenants --device PATH ...
+//!     valet-run policy check|push|list ...
 //!
 //! The guest's stdout and stderr pass through and its exit code is ours. A failure of our
-//! own is one line on stderr and exit code 125; a guest that traps exits with 134.
+//! own, command-line mistakes included, is one line `valet-run: error: ...` on stderr and
+//! exit code 125; a guest that traps exits with 134. With `--tenants` the exit code is
+//! described in [`valet_runtime::tenants`]; `fs` commands in [`valet_runtime::fs_cmd`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser};
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use valet_runtime::admin::{self, Registry};
 use valet_runtime::device::DeviceSpec;
+use valet_runtime::fs_cmd::{self, FsCommand};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_runtime::policy_cmd::{self, PolicyCommand};
+use valet_runtime::tenants;
 use valet_vfs::device::{Geometry, IoMode};
 
 /// Exit code for failures of valet-run itself (as `env` and container runtimes do).
 const EXIT_OURS: u8 = 125;
 /// Exit code when the guest traps (128 + SIGABRT, what an aborted native program gives).
-const EXIT_TRAP: u8 = 134;
+const EXIT_TRAP: u8 = tenants::EXIT_TRAP;
 
 #[derive(Parser)]
 #[command(
     name = "valet-run",
     version,
-    about = "Run a WASI application on Valet's zoned store, placing its data by policy"
+    about = "Run a WASI application on Valet's zoned store, placing its data by policy",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect an existing store and copy data in and out of it, without running a guest.
+    #[command(subcommand)]
+    Fs(FsCommand),
+    /// Check placement policies, and upload them to a running valet-run.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// Running guests (the command without a subcommand).
+#[derive(Args)]
+struct RunArgs {
     #[command(flatten)]
     device: DeviceArgs,
 
-    /// Placement policy: a built-in name (until policy modules land: `default`).
+    /// Placement policy: a built-in (default, rocks, cachelib, fdp-dirs, learn) or a module.
     #[arg(long, default_value = "default", value_name = "FILE.wasm|NAME")]
     policy: String,
+
+    /// Serve the admin API (upload and swap policies, read stats) on a loopback IP:PORT or
+    /// a Unix socket path; its token is written to DEVICE/admin.token.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+
+    /// Record every placement call and file event as a JSON-lines trace.
+    #[arg(long, value_name = "FILE")]
+    record_trace: Option<PathBuf>,
 
     /// Where the store appears in the guest.
     #[arg(long, default_value = "/data", value_name = "GUEST_PATH")]
@@ -57,9 +98,17 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
 
+    /// Run the tenants a TOML file lists, at once, instead of one APP.
+    #[arg(
+        long,
+        value_name = "FILE.toml",
+        conflicts_with_all = ["app", "mount", "tenant", "dirs", "envs"]
+    )]
+    tenants: Option<PathBuf>,
+
     /// The WASI program (wasm32-wasip1 or wasm32-wasip1-threads).
-    #[arg(value_name = "APP.wasm")]
-    app: PathBuf,
+    #[arg(value_name = "APP.wasm", required_unless_present = "tenants")]
+    app: Option<PathBuf>,
 
     /// Arguments for the program.
     #[arg(
@@ -150,44 +199,93 @@ fn parse_dir(spec: &str) -> Result<Preopen> {
 }
 
 fn run(cli: Cli) -> Result<u8> {
-    if cli.policy != "default" {
-        bail!(
-            "--policy {}: only the built-in `default` placement exists so far",
-            cli.policy
-        );
+    match cli.command {
+        Some(Command::Fs(command)) => fs_cmd::run(command),
+        Some(Command::Policy(command)) => policy_cmd::run(command),
+        None => run_guests(cli.run),
     }
+}
+
+/// Runs one guest, or every tenant of a tenants file, then syncs and reports.
+fn run_guests(cli: RunArgs) -> Result<u8> {
     let device = cli.device.spec()?;
     let engine = host::engine()?;
-    let module = host::load(&engine, &cli.app)?;
-    let store = device.mount()?;
-    let (_, root) = store.tenant(&cli.tenant)?;
-
-    let mut preopens = vec![Preopen::Store {
-        ino: root,
-        guest_path: cli.mount.clone(),
-    }];
-    for d in &cli.dirs {
-        preopens.push(parse_dir(d)?);
-    }
-    let program = cli
-        .app
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "app.wasm".into());
-    let spec = GuestSpec {
-        module: cli.app.clone(),
-        args: std::iter::once(program)
-            .chain(cli.args.iter().cloned())
-            .collect(),
-        env: cli
-            .envs
-            .iter()
-            .map(|e| parse_env(e))
-            .collect::<Result<_>>()?,
-        preopens,
+    // A bad app is reported before anything is created on disk.
+    let app_module = match (&cli.tenants, &cli.app) {
+        (None, Some(app)) => {
+            if app.as_os_str() == "fs" && !app.exists() {
+                bail!(
+                    "`fs` takes its options after the command: valet-run fs ls --device PATH ..."
+                );
+            }
+            Some(host::load(&engine, app)?)
+        }
+        _ => None,
     };
-    let exit = host::run(&engine, &module, &spec, &store)?;
-    // Whatever the guest left open or unsynced is made durable before we report.
+    let store = device.mount()?;
+    let registry = Registry::with_builtins(
+        store.clone(),
+        Registry::streams_for(&store),
+        valet_runtime::policy::Limits::default(),
+    )?;
+    if let Some(path) = &cli.record_trace {
+        registry.record_into(valet_runtime::trace::Recorder::create(path)?);
+    }
+    if let Some(addr) = &cli.admin {
+        let addr = admin::AdminAddr::parse(addr)?;
+        let server = admin::start(&addr, &device.dir.join("admin.token"), registry.clone())?;
+        eprintln!(
+            "valet-run: admin API on {} (token in {})",
+            server.addr,
+            server.token_path.display()
+        );
+    }
+    let code = if let Some(file) = &cli.tenants {
+        let list = tenants::load(file)?;
+        let exits = tenants::run(&engine, &store, &registry, &list)?;
+        tenants::exit_code(exits)
+    } else {
+        let app = cli.app.clone().context("no APP.wasm given")?;
+        let module = app_module.context("no APP.wasm given")?;
+        let policy = registry.resolve(&cli.policy)?;
+        registry.activate(&cli.tenant, &policy)?;
+        let (_, root) = store.tenant(&cli.tenant)?;
+
+        let mut preopens = vec![Preopen::Store {
+            ino: root,
+            guest_path: cli.mount.clone(),
+        }];
+        for d in &cli.dirs {
+            preopens.push(parse_dir(d)?);
+        }
+        let program = app
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "app.wasm".into());
+        let spec = GuestSpec {
+            module: app.clone(),
+            args: std::iter::once(program)
+                .chain(cli.args.iter().cloned())
+                .collect(),
+            env: cli
+                .envs
+                .iter()
+                .map(|e| parse_env(e))
+                .collect::<Result<_>>()?,
+            preopens,
+        };
+        let exit = host::run(&engine, &module, &spec, &store)?;
+        let code = match exit {
+            GuestExit::Code(code) => code as u8,
+            GuestExit::Trap(trap) => {
+                eprintln!("valet-run: guest trapped: {trap:?}");
+                EXIT_TRAP
+            }
+        };
+        Ok(code)
+    };
+    // Whatever the guests left open or unsynced is made durable before we report, even
+    // when one of them failed.
     store.sync().context("syncing the store at exit")?;
     let stats = store.stats();
     if cli.stats {
@@ -197,24 +295,48 @@ fn run(cli: Cli) -> Result<u8> {
         let json = serde_json::to_string_pretty(&stats)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(match exit {
-        GuestExit::Code(code) => code as u8,
-        GuestExit::Trap(trap) => {
-            eprintln!("valet-run: guest trapped: {trap:?}");
-            EXIT_TRAP
+    code
+}
+
+/// One line, whatever the layers below put in their messages.
+fn error_line(msg: &str) -> String {
+    let words: Vec<&str> = msg.split_whitespace().collect();
+    format!("valet-run: error: {}", words.join(" "))
+}
+
+/// Parses the command line; a mistake in it is our usual one-line error.
+fn parse() -> std::result::Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        if matches!(
+            e.kind(),
+            ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ) {
+            e.exit();
         }
+        // clap's text: "error: WHAT\n  detail\n\nUsage: ...": keep what comes before Usage.
+        let text = e.render().to_string();
+        let what: Vec<&str> = text
+            .lines()
+            .take_while(|l| !l.starts_with("Usage:"))
+            .collect();
+        let what = what.join(" ");
+        let what = what.trim().trim_start_matches("error:");
+        eprintln!("{} (see --help)", error_line(what));
+        ExitCode::from(EXIT_OURS)
     })
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            // One line, whatever the layers below put in their messages.
-            let msg = format!("{e:#}");
-            let line: Vec<&str> = msg.split_whitespace().collect();
-            eprintln!("valet-run: error: {}", line.join(" "));
+            eprintln!("{}", error_line(&format!("{e:#}")));
             ExitCode::from(EXIT_OURS)
         }
     }

@@ -5,15 +5,19 @@
 //! `wasi:filesystem` host) replaces this file and nothing else.
 //!
 //! Every path a guest passes is resolved by the store relative to a directory inode, with
-//! `..` bounded at the mount's root and no symlinks, so no path reaches outside the mount.
+//! `..` bounded at that directory (as WASI requires of a directory descriptor) and no
+//! symlinks, so no path reaches outside the mount.
 //! Behaviour chosen where stock wasmtime falls short for real software: a read returns
 //! every requested byte that exists (no 64 KiB cap), and `fd_sync` / `fd_datasync` on a
-//! directory make the store's metadata durable instead of failing with EBADF.
+//! directory make the store's metadata durable instead of failing with EBADF, and
+//! `fd_readdir` cookies name entries rather than positions, so a program that removes
+//! entries while listing (`rm -r`, Rust's `remove_dir_all`) still sees every one.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut, SeekFrom};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use valet_vfs::{FileHandle, FileKind, Ino, Metadata, OpenOptions, Store};
@@ -68,11 +72,42 @@ fn filestat(m: &Metadata) -> Filestat {
 pub struct VfsDir {
     store: Store,
     ino: Ino,
+    cookies: Arc<Mutex<Cookies>>,
+}
+
+/// The `fd_readdir` cookies one directory handle has handed out. Cookies 1 and 2 follow `.`
+/// and `..`; cookie `FIRST + i` follows the entry called `names[i]`, so resuming continues
+/// with the next name in order even when that entry, or any other, was removed meanwhile
+/// (position cookies would skip entries). Bounded by the names this handle has listed.
+#[derive(Default)]
+struct Cookies {
+    names: Vec<String>,
+    by_name: HashMap<String, u64>,
+}
+
+impl Cookies {
+    const FIRST: u64 = 3;
+    /// A listing from the start forgets older cookies once this many names are held.
+    const MAX: usize = 1 << 16;
+
+    fn cookie(&mut self, name: &str) -> u64 {
+        if let Some(&c) = self.by_name.get(name) {
+            return c;
+        }
+        let c = Self::FIRST + self.names.len() as u64;
+        self.names.push(name.to_string());
+        self.by_name.insert(name.to_string(), c);
+        c
+    }
 }
 
 impl VfsDir {
     pub fn new(store: Store, ino: Ino) -> Self {
-        VfsDir { store, ino }
+        VfsDir {
+            store,
+            ino,
+            cookies: Arc::default(),
+        }
     }
 
     /// Makes the store's metadata durable (`fsync` of a directory).
@@ -157,37 +192,75 @@ impl WasiDir for VfsDir {
         cursor: ReaddirCursor,
     ) -> Result<Box<dyn Iterator<Item = Result<ReaddirEntity, Error>> + Send>, Error> {
         let parent = self.store.parent(self.ino).map_err(errno)?;
-        let mut entries = vec![
-            (".".to_string(), self.ino, FileType::Directory),
-            ("..".to_string(), parent, FileType::Directory),
-        ];
-        for e in self.store.read_dir(self.ino).map_err(errno)? {
-            let filetype = match e.kind {
-                FileKind::File => FileType::RegularFile,
-                FileKind::Dir => FileType::Directory,
-            };
-            entries.push((e.name, e.ino, filetype));
-        }
-        // The cookie of an entry is its position in name order (after `.` and `..`).
-        let start = u64::from(cursor) as usize;
-        let iter =
-            entries
-                .into_iter()
-                .enumerate()
-                .skip(start)
-                .map(|(i, (name, inode, filetype))| {
-                    Ok(ReaddirEntity {
-                        next: ReaddirCursor::from(i as u64 + 1),
-                        inode,
-                        name,
-                        filetype,
-                    })
-                });
-        Ok(Box::new(iter))
+        let cursor = u64::from(cursor);
+        let dots = [(".", self.ino, 1u64), ("..", parent, 2u64)]
+            .into_iter()
+            .skip(cursor.min(2) as usize)
+            .map(|(name, inode, next)| {
+                Ok(ReaddirEntity {
+                    next: ReaddirCursor::from(next),
+                    inode,
+                    name: name.to_string(),
+                    filetype: FileType::Directory,
+                })
+            });
+        // Entries come in name order; resume after the name the cookie stands for.
+        let after = if cursor < Cookies::FIRST {
+            if cursor == 0 {
+                let mut cookies = self.cookies.lock().unwrap_or_else(|p| p.into_inner());
+                if cookies.names.len() > Cookies::MAX {
+                    *cookies = Cookies::default();
+                }
+            }
+            None
+        } else {
+            let cookies = self.cookies.lock().unwrap_or_else(|p| p.into_inner());
+            match cookies.names.get((cursor - Cookies::FIRST) as usize) {
+                Some(name) => Some(name.clone()),
+                // Not a cookie of this handle: past the end.
+                None => return Ok(Box::new(std::iter::empty())),
+            }
+        };
+        let entries = self.store.read_dir(self.ino).map_err(errno)?;
+        let cookies = self.cookies.clone();
+        let rest = entries
+            .into_iter()
+            .filter(move |e| after.as_ref().is_none_or(|a| e.name > *a))
+            .map(move |e| {
+                let next = cookies
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .cookie(&e.name);
+                Ok(ReaddirEntity {
+                    next: ReaddirCursor::from(next),
+                    inode: e.ino,
+                    name: e.name,
+                    filetype: match e.kind {
+                        FileKind::File => FileType::RegularFile,
+                        FileKind::Dir => FileType::Directory,
+                    },
+                })
+            });
+        Ok(Box::new(dots.chain(rest)))
     }
 
-    async fn symlink(&self, _old_path: &str, _new_path: &str) -> Result<(), Error> {
-        // The store has no symlinks; POSIX says EPERM where a filesystem cannot make one.
+    async fn symlink(&self, _old_path: &str, new_path: &str) -> Result<(), Error> {
+        // The store has no symlinks; POSIX says EPERM where a filesystem cannot make one,
+        // after the checks of the new name every `symlink` makes (as Linux orders them).
+        match self.store.lookup(self.ino, new_path) {
+            Ok(_) => return Err(Error::exist()),
+            Err(valet_vfs::Error::NotFound) => {}
+            Err(e) => return Err(errno(e)),
+        }
+        let trimmed = new_path.trim_end_matches('/');
+        if let Some((head, _)) = trimmed.rsplit_once('/') {
+            if !head.is_empty() {
+                let parent = self.store.lookup(self.ino, head).map_err(errno)?;
+                if self.store.metadata(parent).map_err(errno)?.kind != FileKind::Dir {
+                    return Err(Error::not_dir());
+                }
+            }
+        }
         Err(Error::perm())
     }
 
@@ -236,7 +309,11 @@ impl WasiDir for VfsDir {
         let to = same_store(target_dir)?;
         self.store
             .link(self.ino, path, to.ino, target)
-            .map_err(errno)
+            .map_err(|e| match e {
+                // The store's refusal to link a directory: POSIX says EPERM.
+                valet_vfs::Error::NotPermitted(_) => Error::perm(),
+                e => errno(e),
+            })
     }
 
     async fn set_times(
@@ -345,7 +422,11 @@ impl WasiFile for VfsFile {
     }
 
     async fn set_filestat_size(&self, size: u64) -> Result<(), Error> {
-        self.handle.set_len(size).map_err(errno)
+        self.handle.set_len(size).map_err(|e| match e {
+            // `ftruncate` of a descriptor not open for writing (Linux and POSIX: EINVAL).
+            valet_vfs::Error::NotPermitted(_) => Error::invalid_argument(),
+            e => errno(e),
+        })
     }
 
     async fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<(), Error> {
@@ -503,7 +584,11 @@ pub fn shadow_calls<T: 'static>(
             let grown = run_in_dummy_executor(wasi.fd_filestat_set_size(&mut no_memory, fd, end))?;
             Ok(match grown {
                 Ok(()) => 0,
-                Err(e) => errno_of(e)? as i32,
+                // Not open for writing: `posix_fallocate` says EBADF where `ftruncate` EINVAL.
+                Err(e) => match errno_of(e)? {
+                    Errno::Inval => Errno::Badf as i32,
+                    e => e as i32,
+                },
             })
         },
     )?;

@@ -125,6 +125,39 @@ fn namespace_rules() {
     assert!(store.fsck().unwrap().is_clean());
 }
 
+/// `..` never climbs above the directory a path is relative to (WASI's rule for a
+/// directory descriptor), and a final `.` or `..` gets the errno POSIX gives.
+#[test]
+fn dot_dot_stays_below_the_starting_directory() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    store.create_dir(root, "a").unwrap();
+    store.create_dir(root, "a/b").unwrap();
+    let a = store.lookup(root, "a").unwrap();
+    assert_eq!(store.lookup(root, "a/b/../..").unwrap(), root);
+    assert_eq!(store.lookup(a, "b/..").unwrap(), a);
+    assert!(matches!(store.lookup(a, ".."), Err(Error::Escape)));
+    assert!(matches!(store.lookup(a, "b/../../a"), Err(Error::Escape)));
+    assert!(matches!(
+        store.open_file(a, "../x", OpenOptions::create()),
+        Err(Error::Escape)
+    ));
+    assert!(matches!(store.remove_dir(a, ".."), Err(Error::Escape)));
+    assert!(matches!(store.create_dir(root, "."), Err(Error::Exists)));
+    assert!(matches!(store.create_dir(root, "a/.."), Err(Error::Exists)));
+    assert!(matches!(
+        store.create_dir(root, "x/.."),
+        Err(Error::NotFound)
+    ));
+    assert!(matches!(store.unlink(root, "a/."), Err(Error::IsDir)));
+    assert!(matches!(
+        store.remove_dir(root, "a/."),
+        Err(Error::Invalid(_))
+    ));
+    assert!(store.fsck().unwrap().is_clean());
+}
+
 struct Fixed(Hint);
 impl Placement for Fixed {
     fn place(&self, _: &PlacementRequest<'_>) -> Hint {

@@ -1,0 +1,71 @@
+//! A wasm32-wasip1-threads guest: THREADS threads (std::thread, i.e. wasi-threads) start
+//! together, each writing and fsyncing its own file DIR/thread-<t>.bin of SIZE bytes in
+//! 4 KiB writes; the main thread joins them and reads every file back.
+//! Usage: threads_writer DIR THREADS SIZE
+//!
+//! Byte j of thread t's file is `pattern(t, j)` (the test computes the same).
+//! Exit codes: 0 good, 2 usage, 3 data mismatch, 4 a thread failed.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::sync::{Arc, Barrier};
+
+/// Byte `j` of thread `t`'s file.
+fn pattern(t: u64, j: u64) -> u8 {
+    ((j.wrapping_mul(2654435761) >> 9) ^ (t.wrapping_mul(0x5bd1) + 1)) as u8
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!("usage: threads_writer DIR THREADS SIZE");
+        std::process::exit(2);
+    }
+    let dir = args[1].clone();
+    let threads: u64 = args[2].parse().expect("THREADS");
+    let size: u64 = args[3].parse().expect("SIZE");
+
+    let start = Arc::new(Barrier::new(threads as usize));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (dir, start) = (dir.clone(), start.clone());
+            std::thread::spawn(move || {
+                let path = format!("{dir}/thread-{t}.bin");
+                let mut f = File::create(&path).expect("create");
+                start.wait();
+                let mut j = 0;
+                while j < size {
+                    let n = (size - j).min(4096);
+                    let chunk: Vec<u8> = (j..j + n).map(|x| pattern(t, x)).collect();
+                    f.write_all(&chunk).expect("write");
+                    j += n;
+                }
+                f.sync_all().expect("fsync");
+            })
+        })
+        .collect();
+    let mut failed = false;
+    for h in handles {
+        failed |= h.join().is_err();
+    }
+    if failed {
+        println!("threads_writer: a thread failed");
+        std::process::exit(4);
+    }
+    for t in 0..threads {
+        let mut data = Vec::new();
+        File::open(format!("{dir}/thread-{t}.bin"))
+            .and_then(|mut f| f.read_to_end(&mut data))
+            .expect("read back");
+        let good = data.len() as u64 == size
+            && data
+                .iter()
+                .enumerate()
+                .all(|(j, &b)| b == pattern(t, j as u64));
+        if !good {
+            println!("threads_writer: thread-{t}.bin is wrong");
+            std::process::exit(3);
+        }
+    }
+    println!("threads_writer: {threads} files verified");
+}

@@ -1,0 +1,586 @@
+//! `valet-run fs`: data in and out of an existing store, without running a guest.
+//!
+//! ```text
+//! valet-run fs ls      [--device PATH] [--tenant T] [-R] [GUEST_PATH]
+//! valet-run fs cat     [--device PATH] [--tenant T] GUEST_PATH
+//! valet-run fs import  [--device PATH] [--tenant T] HOST_DIR GUEST_PATH
+//! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
+//! valet-run fs fsck    [--device PATH]
+//! valet-run fs tenants [--device PATH]
+//! ```
+//!
+//! The Valet paper admits that files in its store are invisible to backup and copy tools;
+//! these commands make ours visible. A GUEST_PATH is a path inside one tenant's namespace,
+//! as a guest sees it below its mount: `/` (or an empty path) is the tenant's root, and a
+//! file the guest wrote as `/data/db/000001.log` (mount `/data`) is `/db/000001.log` here.
+//! Paths are resolved by the store, so `..` cannot leave the tenant.
+//!
+//! None of these commands creates a store: on a device without one they fail. `import` is
+//! the only one that writes; it creates the tenant if needed and syncs the store before it
+//! returns. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
+//! cannot check at all, like every other failure of ours.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::{FileKind, Ino, OpenOptions, Store};
+
+use crate::device::DeviceSpec;
+
+/// Copy buffer: one store write buffer's worth (the largest extent a flush writes).
+const CHUNK: usize = 512 * 1024;
+
+/// The `fs` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum FsCommand {
+    /// List a directory of the store like `ls -l`: kind (`d` or `-`), size, name.
+    Ls {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// List subdirectories too, with paths relative to GUEST_PATH.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Directory or file inside the tenant's namespace.
+        #[arg(default_value = "/", value_name = "GUEST_PATH")]
+        path: String,
+    },
+    /// Write a file of the store to stdout.
+    Cat {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// File inside the tenant's namespace.
+        #[arg(value_name = "GUEST_PATH")]
+        path: String,
+    },
+    /// Copy a host directory tree (or one file) into the store, creating directories.
+    Import {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// Host directory whose contents are copied (or one host file).
+        #[arg(value_name = "HOST_DIR")]
+        host: PathBuf,
+        /// Directory of the store the contents of HOST_DIR go into (created if missing).
+        #[arg(value_name = "GUEST_PATH")]
+        guest: String,
+    },
+    /// Copy a tree (or one file) of the store out to a host directory.
+    Export {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// Directory whose contents are copied (or one file), inside the tenant's namespace.
+        #[arg(value_name = "GUEST_PATH")]
+        guest: String,
+        /// Host directory the contents of GUEST_PATH go into (created if missing).
+        #[arg(value_name = "HOST_DIR")]
+        host: PathBuf,
+    },
+    /// Check every invariant of the store and print the report.
+    Fsck {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List the tenants of the store.
+    Tenants {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// The device holding an existing store (no geometry options: nothing is created).
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Directory of the embedded default device (holding `zones.img`).
+    #[arg(long, default_value = "valet-data", value_name = "PATH")]
+    device: PathBuf,
+
+    /// Use a zonefs mount of a real zoned drive instead of the image.
+    #[arg(long, value_name = "MOUNT")]
+    zonefs: Option<PathBuf>,
+
+    /// Zone capacity of the zonefs drive in bytes (zonefs does not report it).
+    #[arg(long, value_name = "BYTES")]
+    zonefs_capacity: Option<u64>,
+
+    /// Device I/O engine.
+    #[arg(long, default_value = "auto", value_name = "auto|uring|sync")]
+    io: IoMode,
+}
+
+/// Whose namespace a command works in.
+#[derive(Args, Debug, Clone)]
+pub struct TenantArg {
+    /// The tenant whose namespace the path is in.
+    #[arg(long, default_value = "default")]
+    tenant: String,
+}
+
+impl StoreArgs {
+    fn spec(&self) -> DeviceSpec {
+        DeviceSpec {
+            dir: self.device.clone(),
+            zonefs: self.zonefs.clone(),
+            zonefs_capacity: self.zonefs_capacity,
+            // The image's own geometry is used; this one is never applied.
+            geometry: Geometry::EMBEDDED_DEFAULT,
+            io: self.io,
+        }
+    }
+
+    /// Mounts the store, refusing to create one.
+    fn mount(&self) -> Result<Store> {
+        let spec = self.spec();
+        if let Some(root) = &spec.zonefs {
+            // A blank drive would be formatted by mounting: check first.
+            let device = spec.open_device()?;
+            if device.report_zones().iter().all(|z| z.write_pointer == 0) {
+                bail!("no store on the zonefs drive at {}", root.display());
+            }
+        }
+        spec.mount_existing()
+    }
+}
+
+/// Runs one `fs` command, writing its output to stdout. Returns the exit code.
+pub fn run(command: FsCommand) -> Result<u8> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let result = run_to(command, &mut out);
+    match result {
+        // `valet-run fs cat big | head` is not a failure.
+        Err(e) if is_broken_pipe(&e) => Ok(0),
+        other => other,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
+    match command {
+        FsCommand::Ls {
+            store,
+            tenant,
+            recursive,
+            path,
+        } => {
+            let store = store.mount()?;
+            let root = existing_tenant(&store, &tenant.tenant)?;
+            ls(&store, root, &path, recursive, out).with_context(|| format!("ls {path}"))?;
+        }
+        FsCommand::Cat {
+            store,
+            tenant,
+            path,
+        } => {
+            let store = store.mount()?;
+            let root = existing_tenant(&store, &tenant.tenant)?;
+            cat(&store, root, &path, out).with_context(|| format!("cat {path}"))?;
+        }
+        FsCommand::Import {
+            store,
+            tenant,
+            host,
+            guest,
+        } => {
+            let store = store.mount()?;
+            let (_, root) = store.tenant(&tenant.tenant)?;
+            let copied = import(&store, root, &host, &guest)
+                .with_context(|| format!("import {} {guest}", host.display()))?;
+            store.sync().context("syncing the store")?;
+            writeln!(out, "imported {copied}")?;
+        }
+        FsCommand::Export {
+            store,
+            tenant,
+            guest,
+            host,
+        } => {
+            let store = store.mount()?;
+            let root = existing_tenant(&store, &tenant.tenant)?;
+            let copied = export(&store, root, &guest, &host)
+                .with_context(|| format!("export {guest} {}", host.display()))?;
+            writeln!(out, "exported {copied}")?;
+        }
+        FsCommand::Fsck { store } => {
+            let store = store.mount()?;
+            let report = store.fsck().context("fsck")?;
+            writeln!(
+                out,
+                "fsck: {} files, {} directories, {} extents, {} valid blocks",
+                report.files, report.dirs, report.extents, report.valid_blocks
+            )?;
+            for problem in &report.problems {
+                writeln!(out, "problem: {problem}")?;
+            }
+            if !report.is_clean() {
+                out.flush()?;
+                eprintln!(
+                    "valet-run: error: fsck found {} problem(s)",
+                    report.problems.len()
+                );
+                return Ok(1);
+            }
+            writeln!(out, "fsck: clean")?;
+        }
+        FsCommand::Tenants { store } => {
+            let store = store.mount()?;
+            for (id, name, _) in store.tenants() {
+                writeln!(out, "{id:>4}  {name}")?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// The root of an existing tenant (inspecting must not create one).
+fn existing_tenant(store: &Store, name: &str) -> Result<Ino> {
+    store
+        .tenants()
+        .into_iter()
+        .find(|(_, n, _)| n == name)
+        .map(|(_, _, root)| root)
+        .with_context(|| format!("no tenant {name:?} in this store"))
+}
+
+/// A GUEST_PATH as the store resolves it: relative to the tenant's root.
+fn relative(path: &str) -> &str {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        "."
+    } else {
+        rel
+    }
+}
+
+/// What an import or export copied.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    pub files: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for Copied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} files, {} directories, {} bytes",
+            self.files, self.dirs, self.bytes
+        )
+    }
+}
+
+fn kind_char(kind: FileKind) -> char {
+    match kind {
+        FileKind::Dir => 'd',
+        FileKind::File => '-',
+    }
+}
+
+/// `ls -l` of a directory (or of one file), optionally recursive.
+pub fn ls(
+    store: &Store,
+    root: Ino,
+    path: &str,
+    recursive: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let ino = store.lookup(root, relative(path))?;
+    let meta = store.metadata(ino)?;
+    if meta.kind == FileKind::File {
+        writeln!(out, "- {:>12} {}", meta.size, path)?;
+        return Ok(());
+    }
+    ls_dir(store, ino, "", recursive, out)
+}
+
+fn ls_dir(
+    store: &Store,
+    dir: Ino,
+    prefix: &str,
+    recursive: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut entries = store.read_dir(dir)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in &entries {
+        let meta = store.metadata(e.ino)?;
+        writeln!(
+            out,
+            "{} {:>12} {prefix}{}",
+            kind_char(meta.kind),
+            meta.size,
+            e.name
+        )?;
+    }
+    if recursive {
+        for e in entries.iter().filter(|e| e.kind == FileKind::Dir) {
+            ls_dir(store, e.ino, &format!("{prefix}{}/", e.name), true, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file of the store to `out`.
+pub fn cat(store: &Store, root: Ino, path: &str, out: &mut dyn Write) -> Result<()> {
+    let file = store.open_file(root, relative(path), OpenOptions::read())?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, offset)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        offset += n as u64;
+    }
+    file.close()?;
+    Ok(())
+}
+
+/// `mkdir -p` inside the store; returns the directory.
+fn make_dirs(store: &Store, root: Ino, path: &str, copied: &mut Copied) -> Result<Ino> {
+    let mut dir = root;
+    for name in relative(path).split('/') {
+        dir = match name {
+            "" | "." => dir,
+            name => make_dir(store, dir, name, copied)?,
+        };
+    }
+    Ok(dir)
+}
+
+/// The directory `name` in `dir`, created if missing.
+fn make_dir(store: &Store, dir: Ino, name: &str, copied: &mut Copied) -> Result<Ino> {
+    match store.lookup(dir, name) {
+        Ok(ino) if store.metadata(ino)?.kind == FileKind::Dir => Ok(ino),
+        Ok(_) => bail!("{name} exists in the store and is not a directory"),
+        Err(valet_vfs::Error::NotFound) => {
+            copied.dirs += 1;
+            Ok(store.create_dir(dir, name)?)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn mtime_ns(meta: &fs::Metadata) -> Option<u64> {
+    let t = meta.modified().ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_nanos() as u64)
+}
+
+/// Copies `host` (a directory's contents, or one file) into the store directory `guest`.
+/// Host symlinks and special files are skipped with a warning (the store has neither).
+pub fn import(store: &Store, root: Ino, host: &Path, guest: &str) -> Result<Copied> {
+    let mut copied = Copied::default();
+    let meta = fs::metadata(host).with_context(|| format!("cannot read {}", host.display()))?;
+    let dir = make_dirs(store, root, guest, &mut copied)?;
+    if meta.is_dir() {
+        import_dir(store, dir, host, &mut copied)?;
+    } else {
+        let name = host_name(host)?;
+        import_file(store, dir, &name, host, &mut copied)?;
+    }
+    Ok(copied)
+}
+
+fn host_name(path: &Path) -> Result<String> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} has no file name", path.display()))?;
+    name.to_str()
+        .map(str::to_string)
+        .with_context(|| format!("{}: the store keeps UTF-8 names only", path.display()))
+}
+
+fn import_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Result<()> {
+    let mut entries: Vec<_> = fs::read_dir(host)
+        .with_context(|| format!("cannot list {}", host.display()))?
+        .collect::<io::Result<_>>()
+        .with_context(|| format!("cannot list {}", host.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let name = host_name(&path)?;
+        let kind = entry
+            .file_type()
+            .with_context(|| format!("cannot stat {}", path.display()))?;
+        if kind.is_dir() {
+            let sub =
+                make_dir(store, dir, &name, copied).with_context(|| format!("creating {name}"))?;
+            import_dir(store, sub, &path, copied)?;
+        } else if kind.is_file() {
+            import_file(store, dir, &name, &path, copied)?;
+        } else {
+            eprintln!(
+                "valet-run: warning: skipping {} (not a file or directory)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn import_file(
+    store: &Store,
+    dir: Ino,
+    name: &str,
+    host: &Path,
+    copied: &mut Copied,
+) -> Result<()> {
+    let mut src =
+        fs::File::open(host).with_context(|| format!("cannot open {}", host.display()))?;
+    let meta = src.metadata()?;
+    let opts = OpenOptions {
+        write: true,
+        create: true,
+        truncate: true,
+        ..Default::default()
+    };
+    let file = store
+        .open_file(dir, name, opts)
+        .with_context(|| format!("creating {name} in the store"))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n =
+            read_full(&mut src, &mut buf).with_context(|| format!("reading {}", host.display()))?;
+        if n == 0 {
+            break;
+        }
+        file.write_at(&buf[..n], offset)
+            .with_context(|| format!("writing {name} to the store"))?;
+        offset += n as u64;
+    }
+    if let Some(mtime) = mtime_ns(&meta) {
+        file.set_times(None, Some(mtime))?;
+    }
+    file.close()
+        .with_context(|| format!("closing {name} in the store"))?;
+    copied.files += 1;
+    copied.bytes += offset;
+    Ok(())
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(src: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match src.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Copies `guest` (a directory's contents, or one file) of the store into the host
+/// directory `host`, which is created if missing. Existing host files are overwritten.
+pub fn export(store: &Store, root: Ino, guest: &str, host: &Path) -> Result<Copied> {
+    let mut copied = Copied::default();
+    let rel = relative(guest);
+    let ino = store.lookup(root, rel)?;
+    fs::create_dir_all(host).with_context(|| format!("cannot create {}", host.display()))?;
+    if store.metadata(ino)?.kind == FileKind::Dir {
+        export_dir(store, ino, host, &mut copied)?;
+    } else {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        let parent = match rel.rsplit_once('/') {
+            Some((head, _)) => store.lookup(root, head)?,
+            None => root,
+        };
+        export_file(
+            store,
+            parent,
+            name,
+            &host.join(safe_name(name)?),
+            &mut copied,
+        )?;
+    }
+    Ok(copied)
+}
+
+/// A store name that is safe to join to a host path (the store never makes others).
+fn safe_name(name: &str) -> Result<&str> {
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+        bail!("refusing to export an entry named {name:?}");
+    }
+    Ok(name)
+}
+
+fn export_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Result<()> {
+    let mut entries = store.read_dir(dir)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let path = host.join(safe_name(&e.name)?);
+        match e.kind {
+            FileKind::Dir => {
+                match fs::create_dir(&path) {
+                    Ok(()) => copied.dirs += 1,
+                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                    Err(err) => {
+                        return Err(err)
+                            .with_context(|| format!("cannot create {}", path.display()))
+                    }
+                }
+                export_dir(store, e.ino, &path, copied)?;
+            }
+            FileKind::File => export_file(store, dir, &e.name, &path, copied)?,
+        }
+    }
+    Ok(())
+}
+
+fn export_file(
+    store: &Store,
+    dir: Ino,
+    name: &str,
+    host: &Path,
+    copied: &mut Copied,
+) -> Result<()> {
+    let file = store
+        .open_file(dir, name, OpenOptions::read())
+        .with_context(|| format!("opening {name} in the store"))?;
+    let meta = file.metadata()?;
+    let mut dst =
+        fs::File::create(host).with_context(|| format!("cannot create {}", host.display()))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n = file
+            .read_at(&mut buf, offset)
+            .with_context(|| format!("reading {name} from the store"))?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all(&buf[..n])
+            .with_context(|| format!("writing {}", host.display()))?;
+        offset += n as u64;
+    }
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_nanos(meta.mtime_ns);
+    // Keeping the time is a courtesy: a host filesystem that refuses it loses nothing.
+    let _ = dst.set_modified(mtime);
+    file.close()?;
+    copied.files += 1;
+    copied.bytes += offset;
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! The policy host: loads placement policies (WebAssembly core modules speaking
+//! `policies/ABI.md`), checks them before they take effect, runs them sandboxed and answers
+//! the store's placement questions with their decisions.
+//!
+//! The sandbox: a policy may import nothing (so no WASI and no host calls); every call —
+//! the start function, `valet_init`, `valet_place`, `valet_event` — runs on a fuel budget;
+//! its memory is capped; its module size is capped. A policy that traps, runs out of fuel or
+//! memory, or answers nonsense never reaches the application: that decision is `default`'s,
+//! the fault is counted, and the first one is logged. After a fault the instance is thrown
+//! away and a fresh one made, so a policy cannot stay wedged in a broken state.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use sha2::{Digest, Sha256};
+use valet_policy_sdk as abi;
+use valet_vfs::{
+    Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest,
+};
+use wasmtime::{
+    Config, Engine, ExternType, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder,
+    TypedFunc, ValType,
+};
+
+/// What a policy may use.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Fuel (about one unit per instruction) for each call.
+    pub fuel_per_call: u64,
+    /// Largest linear memory.
+    pub memory_bytes: usize,
+    /// Largest module.
+    pub module_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            fuel_per_call: 10_000_000,
+            memory_bytes: 32 << 20,
+            module_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The engine policies run on: fuel metering on, nothing else the ABI does not need.
+pub fn engine() -> Result<Engine> {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    config.max_wasm_stack(512 << 10);
+    config.wasm_threads(false);
+    Engine::new(&config).context("creating the policy engine")
+}
+
+/// A checked, compiled policy module.
+pub struct PolicyModule {
+    pub name: String,
+    /// SHA-256 of the module bytes, hex.
+    pub sha256: String,
+    module: Module,
+    limits: Limits,
+}
+
+fn func_type_matches(ty: &ExternType, params: &[ValType], results: &[ValType]) -> bool {
+    let ExternType::Func(f) = ty else {
+        return false;
+    };
+    let same = |a: &mut dyn ExactSizeIterator<Item = ValType>, b: &[ValType]| {
+        a.len() == b.len() && a.zip(b).all(|(x, y)| ValType::eq(&x, y))
+    };
+    same(&mut f.params(), params) && same(&mut f.results(), results)
+}
+
+impl PolicyModule {
+    /// Validates and compiles a policy; every refusal is one line naming the policy.
+    pub fn new(engine: &Engine, name: &str, bytes: &[u8], limits: Limits) -> Result<Self> {
+        if bytes.len() > limits.module_bytes {
+            bail!(
+                "policy {name}: {} bytes is over the {}-byte limit for a policy module",
+                bytes.len(),
+                limits.module_bytes
+            );
+        }
+        let module = Module::new(engine, bytes).map_err(|e| {
+            let first = format!("{e}");
+            anyhow!("policy {name}: not a valid WebAssembly module: {first}")
+        })?;
+        if let Some(import) = module.imports().next() {
+            bail!(
+                "policy {name}: imports {}::{}; a policy may import nothing (no WASI, no host calls)",
+                import.module(),
+                import.name()
+            );
+        }
+        use ValType::I32;
+        let required: [(&str, &[ValType], &[ValType]); 3] = [
+            ("valet_abi_version", &[], &[I32]),
+            ("valet_buffer", &[], &[I32]),
+            ("valet_place", &[I32], &[I32]),
+        ];
+        let optional: [(&str, &[ValType], &[ValType]); 2] =
+            [("valet_init", &[I32], &[]), ("valet_event", &[I32], &[])];
+        for (export, params, results) in required {
+            let ty = module
+                .get_export(export)
+                .ok_or_else(|| anyhow!("policy {name}: missing export {export}"))?;
+            if !func_type_matches(&ty, params, results) {
+                bail!("policy {name}: export {export} has the wrong type (see policies/ABI.md)");
+            }
+        }
+        for (export, params, results) in optional {
+            if let Some(ty) = module.get_export(export) {
+                if !func_type_matches(&ty, params, results) {
+                    bail!(
+                        "policy {name}: export {export} has the wrong type (see policies/ABI.md)"
+                    );
+                }
+            }
+        }
+        match module.get_export("memory") {
+            Some(ExternType::Memory(m)) => {
+                if m.is_shared() || m.is_64() {
+                    bail!("policy {name}: memory must be a plain 32-bit memory");
+                }
+                if m.minimum().saturating_mul(65536) > limits.memory_bytes as u64 {
+                    bail!(
+                        "policy {name}: memory starts at {} pages, over the {}-byte cap",
+                        m.minimum(),
+                        limits.memory_bytes
+                    );
+                }
+            }
+            _ => bail!("policy {name}: missing export memory"),
+        }
+        let sha256 = Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let policy = PolicyModule {
+            name: name.to_string(),
+            sha256,
+            module,
+            limits,
+        };
+        // It must also start, answer the ABI version and accept its init, within limits.
+        PolicyInstance::new(&policy, 8)?;
+        Ok(policy)
+    }
+}
+
+struct State {
+    limits: StoreLimits,
+}
+
+/// One live instance of a policy.
+struct PolicyInstance {
+    store: Store<State>,
+    memory: Memory,
+    buffer: usize,
+    place: TypedFunc<i32, i32>,
+    event: Option<TypedFunc<i32, ()>>,
+    fuel: u64,
+}
+
+impl PolicyInstance {
+    fn new(policy: &PolicyModule, max_streams: u32) -> Result<Self> {
+        let name = &policy.name;
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(policy.limits.memory_bytes)
+            .instances(1)
+            .memories(1)
+            .tables(4)
+            .table_elements(100_000)
+            .build();
+        let mut store = Store::new(policy.module.engine(), State { limits });
+        store.limiter(|s| &mut s.limits);
+        let fuel = policy.limits.fuel_per_call;
+        store.set_fuel(fuel)?;
+        let instance = Instance::new(&mut store, &policy.module, &[])
+            .map_err(|e| anyhow!("policy {name}: start failed: {}", trap_line(&e)))?;
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
+        let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
+            store.set_fuel(fuel)?;
+            instance
+                .get_typed_func::<(), i32>(&mut *store, export)?
+                .call(&mut *store, ())
+                .map_err(|e| anyhow!("policy {name}: {export} failed: {}", trap_line(&e)))
+        };
+        let version = call(&mut store, "valet_abi_version")?;
+        if version != abi::ABI_VERSION {
+            bail!(
+                "policy {name}: speaks ABI version {version}, this host speaks {}",
+                abi::ABI_VERSION
+            );
+        }
+        let buffer = call(&mut store, "valet_buffer")? as u32 as usize;
+        if buffer % 8 != 0 || buffer + abi::BUFFER_LEN > memory.data_size(&store) {
+            bail!("policy {name}: valet_buffer {buffer:#x} is not an aligned 4 KiB region of its memory");
+        }
+        if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
+            store.set_fuel(fuel)?;
+            init.call(&mut store, max_streams as i32)
+                .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
+        }
+        Ok(PolicyInstance {
+            place: instance.get_typed_func(&mut store, "valet_place")?,
+            event: instance.get_typed_func(&mut store, "valet_event").ok(),
+            store,
+            memory,
+            buffer,
+            fuel,
+        })
+    }
+
+    fn buffer(&mut self) -> Result<&mut [u8]> {
+        let at = self.buffer;
+        self.memory
+            .data_mut(&mut self.store)
+            .get_mut(at..at + abi::BUFFER_LEN)
+            .ok_or_else(|| anyhow!("exchange buffer outside memory"))
+    }
+
+    /// The policy's decision, None for "no opinion"; an error for a fault.
+    fn place(
+        &mut self,
+        request: &abi::Request<'_>,
+        max_streams: u32,
+    ) -> Result<Option<abi::Decision>> {
+        let len = request.encode(self.buffer()?);
+        self.store.set_fuel(self.fuel)?;
+        let rc = self
+            .place
+            .call(&mut self.store, len as i32)
+            .map_err(|e| anyhow!("valet_place failed: {}", trap_line(&e)))?;
+        if rc != 0 {
+            return Ok(None);
+        }
+        abi::Decision::decode(self.buffer()?, max_streams)
+            .map(Some)
+            .ok_or_else(|| {
+                anyhow!(
+                    "valet_place answered nonsense (unknown class or stream, or reserved bits set)"
+                )
+            })
+    }
+
+    fn event(&mut self, event: &abi::Event<'_>) -> Result<()> {
+        let Some(f) = self.event.clone() else {
+            return Ok(());
+        };
+        let len = event.encode(self.buffer()?);
+        self.store.set_fuel(self.fuel)?;
+        f.call(&mut self.store, len as i32)
+            .map_err(|e| anyhow!("valet_event failed: {}", trap_line(&e)))
+    }
+}
+
+/// The first line of a trap, which says what happened (the rest is a backtrace).
+fn trap_line(e: &anyhow::Error) -> String {
+    let root = e.root_cause().to_string();
+    let text = if root.is_empty() { e.to_string() } else { root };
+    text.lines().next().unwrap_or("trap").to_string()
+}
+
+/// Decisions and faults of one placement.
+#[derive(Default)]
+pub struct Counters {
+    pub decisions: AtomicU64,
+    pub faults: AtomicU64,
+}
+
+/// A policy as the store's [`Placement`] for one tenant.
+pub struct WasmPlacement {
+    module: Arc<PolicyModule>,
+    instance: Mutex<Option<PolicyInstance>>,
+    max_streams: u32,
+    pub counters: Counters,
+    logged: AtomicBool,
+}
+
+impl WasmPlacement {
+    /// An instance of `module` for a device that keeps `max_streams` streams apart.
+    pub fn new(module: Arc<PolicyModule>, max_streams: u32) -> Result<Self> {
+        let instance = PolicyInstance::new(&module, max_streams)?;
+        Ok(WasmPlacement {
+            module,
+            instance: Mutex::new(Some(instance)),
+            max_streams,
+            counters: Counters::default(),
+            logged: AtomicBool::new(false),
+        })
+    }
+
+    pub fn module(&self) -> &Arc<PolicyModule> {
+        &self.module
+    }
+
+    fn fault(&self, what: &anyhow::Error) {
+        self.counters.faults.fetch_add(1, Ordering::Relaxed);
+        if !self.logged.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "valet-run: policy {}: {what}; using the default placement for this call \
+                 (later faults are only counted)",
+                self.module.name
+            );
+        }
+    }
+
+    /// Runs `f` on a live instance, making a fresh one after a fault.
+    fn with_instance<R>(&self, f: impl FnOnce(&mut PolicyInstance) -> Result<R>) -> Option<R> {
+        let mut slot = self.instance.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            match PolicyInstance::new(&self.module, self.max_streams) {
+                Ok(i) => *slot = Some(i),
+                Err(e) => {
+                    self.fault(&e);
+                    return None;
+                }
+            }
+        }
+        match f(slot.as_mut().expect("just made")) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                *slot = None;
+                self.fault(&e);
+                None
+            }
+        }
+    }
+}
+
+fn to_hint(d: abi::Decision) -> Hint {
+    Hint {
+        class: match d.class {
+            abi::Class::Zoned => Class::Zoned,
+            abi::Class::Conventional => Class::Conventional,
+        },
+        stream: d.stream,
+        group: d.group,
+        group_starts_zone: d.group_starts_zone,
+        rotate_mib: d.rotate_mib,
+        rotate_secs: d.rotate_secs,
+    }
+}
+
+impl Placement for WasmPlacement {
+    fn place(&self, request: &PlacementRequest<'_>) -> Hint {
+        self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let req = abi::Request {
+            tenant: request.tenant,
+            reason: match request.reason {
+                OpenReason::Create => abi::Reason::Create,
+                OpenReason::OpenForWrite => abi::Reason::OpenForWrite,
+                OpenReason::Rename => abi::Reason::Rename,
+            },
+            size: request.size,
+            path: request.path,
+        };
+        match self.with_instance(|i| i.place(&req, self.max_streams)) {
+            Some(Some(decision)) => to_hint(decision),
+            _ => DefaultPlacement.place(request),
+        }
+    }
+
+    fn event(&self, event: &FileEvent<'_>) {
+        let ev = match *event {
+            FileEvent::Written {
+                tenant,
+                path,
+                bytes,
+            } => abi::Event::Written {
+                tenant,
+                path,
+                bytes,
+            },
+            FileEvent::Synced { tenant, path } => abi::Event::Synced { tenant, path },
+            FileEvent::Closed { tenant, path, size } => abi::Event::Closed { tenant, path, size },
+            FileEvent::Deleted {
+                tenant,
+                path,
+                hint,
+                lifetime_bytes,
+                lifetime_secs,
+            } => abi::Event::Deleted {
+                tenant,
+                path,
+                lifetime_bytes,
+                lifetime_secs,
+                stream: hint.stream,
+                group: hint.group,
+            },
+        };
+        self.with_instance(|i| i.event(&ev));
+    }
+
+    fn name(&self) -> String {
+        self.module.name.clone()
+    }
+
+    fn faults(&self) -> u64 {
+        self.counters.faults.load(Ordering::Relaxed)
+    }
+
+    fn decisions(&self) -> u64 {
+        self.counters.decisions.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,216 @@
+//! `valet-run --tenants FILE.toml`: several applications in one process on one device.
+//!
+//! ```toml
+//! [[tenant]]
+//! name = "db"                   # the store's tenant: its own namespace root and streams
+//! app = "apps/db.wasm"          # relative paths are relative to the TOML file
+//! args = ["--num", "1000"]      # optional
+//! policy = "rocks"              # optional; a built-in name or FILE.wasm, as --policy
+//! mount = "/data"               # optional; where the tenant's root appears in its guest
+//! env = { K = "V" }             # optional
+//! ```
+//!
+//! Each tenant runs in its own thread with its own wasmtime store and WASI context, on one
+//! shared [`Store`]. Isolation is the store's: a tenant's preopened directory is its own
+//! root, `..` from a root is refused (EPERM), and the store keys streams by (tenant,
+//! stream), so two tenants' writes never share a zone.
+//!
+//! Exit code: 0 when every tenant exits 0; otherwise the code of the first tenant *in file
+//! order* whose code is not 0 (a trap counts as 134), so the result does not depend on
+//! which guest finished first. A failure of valet-run itself in any tenant is reported
+//! once every tenant has finished, as our usual one-line error with exit 125.
+//!
+//! Limits: guest stdout and stderr are the process's own and interleave line by line
+//! between tenants. A threaded guest (wasm32-wasip1-threads) whose spawned thread traps or
+//! calls `proc_exit` ends the whole process, other tenants included (see [`crate::host`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use valet_vfs::Store;
+use wasmtime::{Engine, Module};
+
+use crate::admin::Registry;
+use crate::host::{self, GuestExit, GuestSpec, Preopen};
+
+/// Exit code a trapped guest counts as (128 + SIGABRT, as `valet-run` gives for one guest).
+pub const EXIT_TRAP: u8 = 134;
+
+/// Native stack of each tenant's thread: room for wasmtime's guest stack and host frames.
+const TENANT_STACK: usize = 8 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantsFile {
+    #[serde(default)]
+    tenant: Vec<TenantConfig>,
+}
+
+/// One `[[tenant]]` table.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    pub app: PathBuf,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub policy: Option<String>,
+    #[serde(default)]
+    pub mount: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl TenantConfig {
+    /// Where the tenant's root appears in its guest.
+    pub fn mount(&self) -> &str {
+        self.mount.as_deref().unwrap_or("/data")
+    }
+}
+
+/// Reads and checks a tenants file: at least one tenant, unique non-empty names, known
+/// policies. App paths come back resolved against the file's directory.
+pub fn load(path: &Path) -> Result<Vec<TenantConfig>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: TenantsFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if file.tenant.is_empty() {
+        bail!("{}: no [[tenant]] tables", path.display());
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut names = HashSet::new();
+    let mut tenants = file.tenant;
+    for t in &mut tenants {
+        if t.name.is_empty() {
+            bail!("{}: a tenant has an empty name", path.display());
+        }
+        if !names.insert(t.name.clone()) {
+            bail!("{}: tenant {:?} is listed twice", path.display(), t.name);
+        }
+        if t.app.is_relative() {
+            t.app = base.join(&t.app);
+        }
+        // A policy file, like an app, is found relative to the tenants file.
+        if let Some(policy) = &mut t.policy {
+            if (policy.ends_with(".wasm") || policy.contains('/'))
+                && Path::new(policy).is_relative()
+            {
+                *policy = base.join(&*policy).to_string_lossy().into_owned();
+            }
+        }
+    }
+    Ok(tenants)
+}
+
+/// How one tenant ended.
+#[derive(Debug)]
+pub struct TenantExit {
+    pub name: String,
+    /// The guest's end, or a failure of valet-run itself for this tenant.
+    pub exit: Result<GuestExit>,
+}
+
+/// Compiles every tenant's module, then runs all tenants at once on `store`, each in its own
+/// thread, and waits for all of them. Nothing runs unless every module compiles.
+pub fn run(
+    engine: &Engine,
+    store: &Store,
+    registry: &Registry,
+    tenants: &[TenantConfig],
+) -> Result<Vec<TenantExit>> {
+    for t in tenants {
+        let policy = registry
+            .resolve(t.policy.as_deref().unwrap_or("default"))
+            .with_context(|| format!("tenant {}", t.name))?;
+        registry
+            .activate(&t.name, &policy)
+            .with_context(|| format!("tenant {}", t.name))?;
+    }
+    let mut prepared = Vec::new();
+    let mut modules: HashMap<&Path, Module> = HashMap::new();
+    for t in tenants {
+        // Tenants running the same app share one compilation.
+        let module = match modules.get(t.app.as_path()) {
+            Some(m) => m.clone(),
+            None => {
+                let m = host::load(engine, &t.app).with_context(|| format!("tenant {}", t.name))?;
+                modules.insert(&t.app, m.clone());
+                m
+            }
+        };
+        let (_, root) = store
+            .tenant(&t.name)
+            .with_context(|| format!("tenant {}", t.name))?;
+        let program = t
+            .app
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "app.wasm".into());
+        let spec = GuestSpec {
+            module: t.app.clone(),
+            args: std::iter::once(program)
+                .chain(t.args.iter().cloned())
+                .collect(),
+            env: t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            preopens: vec![Preopen::Store {
+                ino: root,
+                guest_path: t.mount().to_string(),
+            }],
+        };
+        prepared.push((t.name.clone(), module, spec));
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = prepared
+            .iter()
+            .map(|(name, module, spec)| {
+                let store = store.clone();
+                let thread = std::thread::Builder::new()
+                    .name(format!("tenant-{name}"))
+                    .stack_size(TENANT_STACK)
+                    .spawn_scoped(scope, move || host::run(engine, module, spec, &store))
+                    .with_context(|| format!("tenant {name}: cannot start its thread"));
+                (name.clone(), thread)
+            })
+            .collect();
+        Ok(handles
+            .into_iter()
+            .map(|(name, thread)| {
+                let exit = thread.and_then(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| bail!("the host thread of tenant {name} panicked"))
+                });
+                TenantExit { name, exit }
+            })
+            .collect())
+    })
+}
+
+/// The process's exit code for a set of tenant exits (see the module doc). Reports traps on
+/// stderr; returns the first failure of our own as an error.
+pub fn exit_code(exits: Vec<TenantExit>) -> Result<u8> {
+    let mut code = 0u8;
+    let mut ours = None;
+    for TenantExit { name, exit } in exits {
+        let this = match exit {
+            Ok(GuestExit::Code(c)) => c as u8,
+            Ok(GuestExit::Trap(trap)) => {
+                eprintln!("valet-run: tenant {name}: guest trapped: {trap:?}");
+                EXIT_TRAP
+            }
+            Err(e) => {
+                ours.get_or_insert(e.context(format!("tenant {name}")));
+                continue;
+            }
+        };
+        if code == 0 {
+            code = this;
+        }
+    }
+    match ours {
+        Some(e) => Err(e),
+        None => Ok(code),
+    }
+}

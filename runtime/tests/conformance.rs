@@ -1,0 +1,316 @@
+//! Differential conformance of the WASI filesystem adapter.
+//!
+//! The `fsprobe` guest calls every WASIp1 filesystem function, with its error cases, and
+//! prints one line per call (`label -> result`). It runs under `valet-run` on the zoned store
+//! and under wasmtime's stock WASI (wasmtime-wasi preview1, the same wasmtime release) over a
+//! fresh host directory, both mounted at `/data`. The transcripts must agree line by line,
+//! except for the differences listed in [`DIFFERENCES`], each with its reason; a listed
+//! difference that no longer shows up fails the test too, so the list stays true.
+
+mod stock;
+
+use std::process::{Command, Stdio};
+
+/// One accepted difference: the line's label, valet's result, stock's result, and why.
+struct Difference {
+    label: &'static str,
+    valet: &'static str,
+    stock: &'static str,
+    why: &'static str,
+}
+
+const PREAD_CAP: &str = "stock caps one fd_pread at 64 KiB; valet returns every requested byte \
+                         that exists (LevelDB's PosixEnv reads a block with one pread)";
+const ALLOCATE: &str = "stock dropped fd_allocate (ENOTSUP, even for bad arguments); valet \
+                        grows the file as posix_fallocate does";
+const SYMLINKS: &str = "the store has no symlinks: path_symlink is EPERM, so the link never \
+                        exists; stock makes host symlinks";
+const DIR_SYNC: &str = "stock refuses fsync of a directory (EBADF); valet makes the store's \
+                        metadata durable (LevelDB and badger sync the directory after a \
+                        MANIFEST change)";
+const VECTORED_WRITE: &str = "stock writes only the first non-empty buffer of an fd_write / \
+                              fd_pwrite (a short write, which POSIX allows); valet writes them \
+                              all, as writev does";
+const COOKIES: &str = "stock's fd_readdir cookies are positions in the host's listing, so \
+                       entries removed between two reads make it skip others; valet's cookies \
+                       name the entry they follow";
+
+const DIFFERENCES: &[Difference] = &[
+    Difference {
+        label: "open dsync DSYNC|CREAT",
+        valet: "ok 6",
+        stock: "ENOTSUP",
+        why: "stock (cap-std) cannot open with O_DSYNC / O_SYNC; valet syncs every write",
+    },
+    Difference {
+        label: "fd_write [\"hello \", \"world\"]",
+        valet: "ok 11",
+        stock: "ok 6",
+        why: VECTORED_WRITE,
+    },
+    Difference {
+        label: "fd_pwrite [\"AB\", \"CD\"] at 1",
+        valet: "ok 4",
+        stock: "ok 2",
+        why: VECTORED_WRITE,
+    },
+    Difference {
+        label: "fd_pread [1.5 MiB] at 0",
+        valet: "ok n=1572864 bytes match=true",
+        stock: "ok n=65536 bytes match=true",
+        why: PREAD_CAP,
+    },
+    Difference {
+        label: "fd_pread [1 MiB] at 1 MiB (to EOF)",
+        valet: "ok n=524288 bytes match=true",
+        stock: "ok n=65536 bytes match=true",
+        why: PREAD_CAP,
+    },
+    Difference {
+        label: "fd_pread [100000] at 12345",
+        valet: "ok n=100000 bytes match=true",
+        stock: "ok n=65536 bytes match=true",
+        why: PREAD_CAP,
+    },
+    Difference {
+        label: "fd_advise WILLNEED 1 MiB of big, then pread",
+        valet: "ok n=1048576 bytes match=true",
+        stock: "ok n=65536 bytes match=false",
+        why: PREAD_CAP,
+    },
+    Difference {
+        label: "fd_fdstat_set_flags DSYNC",
+        valet: "ok",
+        stock: "EINVAL",
+        why: "stock refuses to change the sync flags of an open file; valet honours them",
+    },
+    Difference {
+        label: "fd_sync directory",
+        valet: "ok",
+        stock: "EBADF",
+        why: DIR_SYNC,
+    },
+    Difference {
+        label: "fd_datasync directory",
+        valet: "ok",
+        stock: "EBADF",
+        why: DIR_SYNC,
+    },
+    Difference {
+        label: "fd_sync preopened root",
+        valet: "ok",
+        stock: "EBADF",
+        why: DIR_SYNC,
+    },
+    Difference {
+        label: "rmdir dd/e/ (trailing slash)",
+        valet: "ok",
+        stock: "EINVAL",
+        why: "stock (cap-std) refuses a trailing slash on rmdir; POSIX and Linux accept it",
+    },
+    Difference {
+        label: "rename r2/moved -> r2/.",
+        valet: "EINVAL",
+        stock: "EBUSY",
+        why: "POSIX says EINVAL for a final `.` or `..` in rename; Linux says EBUSY",
+    },
+    Difference {
+        label: "rename . -> r2/x",
+        valet: "EINVAL",
+        stock: "EBUSY",
+        why: "POSIX says EINVAL for a final `.` or `..` in rename; Linux says EBUSY",
+    },
+    Difference {
+        label: "fd_allocate 0+8192",
+        valet: "ok",
+        stock: "ENOTSUP",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "size",
+        valet: "ok 8192",
+        stock: "ok 3",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "fd_allocate 0+10 (inside the file)",
+        valet: "ok",
+        stock: "ENOTSUP",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "fd_allocate len 0",
+        valet: "EINVAL",
+        stock: "ENOTSUP",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "fd_allocate on a read-only fd",
+        valet: "EBADF",
+        stock: "ENOTSUP",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "cat al (first bytes kept)",
+        valet: "ok \"abc\\0\"",
+        stock: "ok \"abc\"",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "symlink: path_symlink target -> sl",
+        valet: "EPERM",
+        stock: "ok",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "symlink: path_readlink sl",
+        valet: "ENOENT",
+        stock: "ok \"target\"",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "symlink: stat sl (no follow)",
+        valet: "ENOENT",
+        stock: "ok SYMBOLIC_LINK",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "symlink: cat sl",
+        valet: "ENOENT",
+        stock: "ok \"pointed at\"",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "symlink: unlink sl",
+        valet: "ENOENT",
+        stock: "ok",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "deleted while listing with a 128-byte buffer",
+        valet: "40 of 40",
+        stock: "22 of 40",
+        why: COOKIES,
+    },
+    Difference {
+        label: "rmdir many",
+        valet: "ok",
+        stock: "ENOTEMPTY",
+        why: COOKIES,
+    },
+];
+
+/// Splits `label -> result` at the last arrow (labels may hold one); lines without a
+/// result (section titles) are all label.
+fn split(line: &str) -> (&str, &str) {
+    line.rsplit_once(" -> ").unwrap_or((line, ""))
+}
+
+/// Starts fsprobe under valet-run on a fresh device (it runs while stock WASI runs here).
+fn start_valet(dev: &std::path::Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(dev)
+        .args(["--zone-size", "16", "--zones", "16"])
+        .arg(valet_guests::FSPROBE)
+        .arg("/data")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running valet-run")
+}
+
+/// Compares two transcripts; returns a readable report of everything not accepted.
+fn compare(valet: &str, stock: &str) -> Result<(), String> {
+    let v: Vec<&str> = valet.lines().collect();
+    let s: Vec<&str> = stock.lines().collect();
+    let mut report = String::new();
+    let mut used = vec![false; DIFFERENCES.len()];
+    for i in 0..v.len().max(s.len()) {
+        let (Some(vl), Some(sl)) = (v.get(i), s.get(i)) else {
+            report += &format!("line {}: one transcript ends early\n", i + 1);
+            break;
+        };
+        let ((vlab, vres), (slab, sres)) = (split(vl), split(sl));
+        if vlab != slab {
+            report += &format!(
+                "line {}: the transcripts lose step here\n  valet: {vl}\n  stock: {sl}\n",
+                i + 1
+            );
+            break;
+        }
+        if vres == sres {
+            continue;
+        }
+        match DIFFERENCES
+            .iter()
+            .position(|d| d.label == vlab && d.valet == vres && d.stock == sres)
+        {
+            Some(k) => used[k] = true,
+            None => {
+                report += &format!("line {}: {vlab}\n  valet: {vres}\n  stock: {sres}\n", i + 1)
+            }
+        }
+    }
+    for (d, used) in DIFFERENCES.iter().zip(used) {
+        if !used {
+            report += &format!(
+                "listed difference no longer seen: {} (valet {:?}, stock {:?}; {})\n",
+                d.label, d.valet, d.stock, d.why
+            );
+        }
+    }
+    if report.is_empty() {
+        Ok(())
+    } else {
+        Err(report)
+    }
+}
+
+#[test]
+fn fsprobe_transcripts_match_stock_wasmtime_except_listed_differences() {
+    let dev = tempfile::tempdir().unwrap();
+    let valet = start_valet(dev.path());
+    let host = tempfile::tempdir().unwrap();
+    let stock = stock::run(
+        valet_guests::FSPROBE,
+        &["fsprobe", "/data"],
+        &[(host.path(), "/data")],
+    );
+    let out = valet.wait_with_output().unwrap();
+    let valet = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "valet-run failed:\n{}\n{valet}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stock.code, 0,
+        "fsprobe failed under stock WASI:\n{}\n{}",
+        stock.stderr, stock.stdout
+    );
+
+    if let Some(dir) = std::env::var_os("FSPROBE_DUMP") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::write(dir.join("fsprobe-valet.txt"), &valet).unwrap();
+        std::fs::write(dir.join("fsprobe-stock.txt"), &stock.stdout).unwrap();
+    }
+
+    // The probe cleans up after itself on both sides.
+    assert!(
+        valet.ends_with("ls root at the end -> ok ../ ./\n"),
+        "{valet}"
+    );
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
+    assert!(valet.lines().count() > 300, "{valet}");
+
+    if let Err(report) = compare(&valet, &stock.stdout) {
+        panic!(
+            "fsprobe under valet-run and under stock wasmtime WASI differ beyond the listed \
+             differences:\n\n{report}\n(full transcripts: valet {} lines, stock {} lines; \
+             set FSPROBE_DUMP=DIR to write them out)",
+            valet.lines().count(),
+            stock.stdout.lines().count()
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! `valet-run fs`: a host tree goes into the store and comes back out byte for byte, `ls`
+//! and `cat` show it, fsck is clean, and mistakes are one-line errors that create nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use valet_runtime::device::DeviceSpec;
+use valet_vfs::device::{Geometry, IoMode};
+
+fn valet_run() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_valet-run"))
+}
+
+/// `valet-run fs ARGS... --device DEV`.
+fn fs(dev: &Path, args: &[&str]) -> Output {
+    valet_run()
+        .arg("fs")
+        .args(args)
+        .arg("--device")
+        .arg(dev)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        stdout(out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Our one-line failure: exit 125, `valet-run: error: ...` containing `what`.
+fn assert_error(out: &Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("valet-run: error: "), "{stderr}");
+    assert!(stderr.contains(what), "expected {what:?} in {stderr}");
+}
+
+fn small_device(dir: &Path) -> DeviceSpec {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 16 << 20,
+        zone_capacity: 12 << 20,
+        ..Geometry::EMBEDDED_DEFAULT
+    };
+    DeviceSpec {
+        dir: dir.to_path_buf(),
+        zonefs: None,
+        zonefs_capacity: None,
+        geometry,
+        io: IoMode::Auto,
+    }
+}
+
+/// A formatted store with an empty `default` tenant, as a first `valet-run` leaves it (made
+/// through the library: no guest needed).
+fn new_store(dir: &Path) {
+    let store = small_device(dir).mount().unwrap();
+    store.tenant("default").unwrap();
+    store.sync().unwrap();
+}
+
+/// Deterministic binary content, every byte value present.
+fn bytes(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2654435761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// A host tree with nested and empty directories, empty, odd-sized, multi-buffer and
+/// non-ASCII-named files, and `CURRENT` (which the default policy keeps conventional).
+fn make_tree(root: &Path) {
+    let files: [(&str, Vec<u8>); 7] = [
+        ("top.txt", b"hello, zones\n".to_vec()),
+        ("empty.bin", Vec::new()),
+        ("big.bin", bytes(1_500_000, 1)),
+        ("CURRENT", b"MANIFEST-000001\n".to_vec()),
+        ("a/b/c/deep.bin", bytes(4097, 2)),
+        ("a/b/odd name \u{fc}.dat", bytes(70_000, 3)),
+        ("a/zero.bin", vec![0u8; 8192]),
+    ];
+    for (path, data) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, data).unwrap();
+    }
+    std::fs::create_dir_all(root.join("a/empty_dir")).unwrap();
+}
+
+/// Every path under `root` with its contents (None for a directory).
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if path.is_dir() {
+                out.insert(rel, None);
+                stack.push(path);
+            } else {
+                out.insert(rel, Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tree_goes_in_and_comes_back_out_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src, dst) = (
+        tmp.path().join("dev"),
+        tmp.path().join("src"),
+        tmp.path().join("dst"),
+    );
+    new_store(&dev);
+    make_tree(&src);
+
+    let out = fs(&dev, &["import", src.to_str().unwrap(), "/imported/here"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("imported 7 files"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = fs(&dev, &["ls", "/imported/here"]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "-           16 CURRENT\n\
+         d            0 a\n\
+         -      1500000 big.bin\n\
+         -            0 empty.bin\n\
+         -           13 top.txt\n"
+    );
+    let out = fs(&dev, &["ls", "-R", "imported/here/a"]);
+    assert_ok(&out);
+    let listing = stdout(&out);
+    for line in [
+        "d            0 b\n",
+        "d            0 empty_dir\n",
+        "-         8192 zero.bin\n",
+        "-        70000 b/odd name \u{fc}.dat\n",
+        "d            0 b/c\n",
+        "-         4097 b/c/deep.bin\n",
+    ] {
+        assert!(listing.contains(line), "{line:?} missing from\n{listing}");
+    }
+    let out = fs(&dev, &["ls", "/imported/here/a/b/c/deep.bin"]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "-         4097 /imported/here/a/b/c/deep.bin\n"
+    );
+
+    let out = fs(&dev, &["cat", "/imported/here/big.bin"]);
+    assert_ok(&out);
+    assert!(out.stdout == bytes(1_500_000, 1), "cat big.bin differs");
+    let out = fs(&dev, &["cat", "imported/here/CURRENT"]);
+    assert_ok(&out);
+    assert_eq!(out.stdout, b"MANIFEST-000001\n");
+
+    let out = fs(&dev, &["export", "/imported/here", dst.to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("exported 7 files"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(snapshot(&src), snapshot(&dst), "the exported tree differs");
+
+    // One file out, into a directory that does not exist yet.
+    let one = tmp.path().join("one");
+    assert_ok(&fs(
+        &dev,
+        &[
+            "export",
+            "/imported/here/a/b/c/deep.bin",
+            one.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(std::fs::read(one.join("deep.bin")).unwrap(), bytes(4097, 2));
+
+    let out = fs(&dev, &["fsck"]);
+    assert_ok(&out);
+    let report = stdout(&out);
+    assert!(report.contains("fsck: clean"), "{report}");
+    assert!(report.contains("files"), "{report}");
+
+    let out = fs(&dev, &["tenants"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("default"), "{}", stdout(&out));
+}
+
+#[test]
+fn import_into_another_tenant_stays_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
+    new_store(&dev);
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("mine.txt"), b"tenant b's\n").unwrap();
+
+    assert_ok(&fs(
+        &dev,
+        &["import", "--tenant", "b", src.to_str().unwrap(), "/"],
+    ));
+    let out = fs(&dev, &["ls", "--tenant", "b"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "-           11 mine.txt\n");
+    // The default tenant's root is empty, and nothing climbs from it into b's.
+    let out = fs(&dev, &["ls"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "");
+    assert_error(&fs(&dev, &["cat", "../mine.txt"]), "cat ../mine.txt");
+    let out = fs(&dev, &["tenants"]);
+    assert_eq!(stdout(&out), "   0  default\n   1  b\n");
+}
+
+#[test]
+fn mistakes_are_one_line_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    new_store(&dev);
+    std::fs::write(tmp.path().join("f"), b"x").unwrap();
+    assert_ok(&fs(
+        &dev,
+        &["import", tmp.path().join("f").to_str().unwrap(), "/d"],
+    ));
+
+    assert_error(
+        &fs(&dev, &["cat", "/missing"]),
+        "cat /missing: no such file or directory",
+    );
+    assert_error(
+        &fs(&dev, &["ls", "/d/missing"]),
+        "no such file or directory",
+    );
+    assert_error(&fs(&dev, &["cat", "/d"]), "is a directory");
+    assert_error(
+        &fs(&dev, &["ls", "--tenant", "nobody"]),
+        "no tenant \"nobody\"",
+    );
+    assert_error(
+        &fs(&dev, &["import", "/no/such/host/dir", "/x"]),
+        "cannot read /no/such/host/dir",
+    );
+    assert_error(
+        &fs(&dev, &["export", "/nothing", tmp.path().to_str().unwrap()]),
+        "no such file or directory",
+    );
+    // A file where a directory is needed, in the store.
+    assert_error(
+        &fs(
+            &dev,
+            &["import", tmp.path().join("f").to_str().unwrap(), "/d/f"],
+        ),
+        "not a directory",
+    );
+    assert_error(&fs(&dev, &["frobnicate"]), "unrecognized subcommand");
+    assert_error(&fs(&dev, &["cat"]), "required");
+}
+
+#[test]
+fn no_store_is_created_where_none_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nowhere = tmp.path().join("nowhere");
+    for args in [
+        &["ls"][..],
+        &["cat", "/x"],
+        &["fsck"],
+        &["tenants"],
+        &["export", "/", tmp.path().join("out").to_str().unwrap()],
+        &["import", tmp.path().to_str().unwrap(), "/"],
+    ] {
+        assert_error(&fs(&nowhere, args), "no store at");
+    }
+    assert!(!nowhere.exists(), "an fs command created the device");
+    // Options given before `fs` make `fs` the application: say so.
+    let out = valet_run()
+        .arg("--device")
+        .arg(&nowhere)
+        .args(["fs", "ls"])
+        .output()
+        .unwrap();
+    assert_error(&out, "`fs` takes its options after the command");
+    assert!(!nowhere.exists());
+}

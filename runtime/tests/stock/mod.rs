@@ -1,0 +1,63 @@
+//! Stock wasmtime WASI (wasmtime-wasi's preview1, the same wasmtime release as valet-run)
+//! for differential tests: runs a wasm32-wasip1 command with plain host directories
+//! preopened and returns its exit code and output.
+
+use std::path::Path;
+
+use wasmtime::{Engine, Linker, Module, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::preview1::{self, WasiP1Ctx};
+use wasmtime_wasi::{DirPerms, FilePerms, I32Exit, WasiCtxBuilder};
+
+/// How a guest run under stock WASI ended.
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `module` with `args` (starting with the program name) and each `(host, guest)`
+/// directory preopened with every permission.
+pub fn run(module: &str, args: &[&str], dirs: &[(&Path, &str)]) -> Output {
+    let engine = Engine::default();
+    let module = Module::from_file(&engine, module).expect("loading the guest");
+    let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);
+    preview1::add_to_linker_sync(&mut linker, |t| t).expect("linking WASI");
+    let stdout = MemoryOutputPipe::new(64 << 20);
+    let stderr = MemoryOutputPipe::new(1 << 20);
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .args(args)
+        .stdout(stdout.clone())
+        .stderr(stderr.clone());
+    for (host, guest) in dirs {
+        builder
+            .preopened_dir(host, guest, DirPerms::all(), FilePerms::all())
+            .expect("preopening a host directory");
+    }
+    let mut store = Store::new(&engine, builder.build_p1());
+    let instance = linker
+        .instantiate(&mut store, &module)
+        .expect("instantiating the guest");
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .expect("the guest has a _start");
+    let mut trap = String::new();
+    let code = match start.call(&mut store, ()) {
+        Ok(()) => 0,
+        Err(e) => match e.downcast_ref::<I32Exit>() {
+            Some(exit) => exit.0,
+            // A trap: exit code and message as valet-run gives them.
+            None => {
+                trap = format!("guest trapped: {e:?}\n");
+                134
+            }
+        },
+    };
+    drop(store);
+    Output {
+        code,
+        stdout: String::from_utf8_lossy(&stdout.contents()).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr.contents()).into_owned() + &trap,
+    }
+}
