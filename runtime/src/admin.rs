@@ -274,7 +274,13 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
     let body_limit = registry.limits.module_bytes + (1 << 20);
     let app = Router::new()
         .route("/policies", get(list_policies))
-        .route("/policies/{name}", put(upload_policy))
+        .route(
+            "/policies/{name}",
+            put(upload_policy).route_layer(middleware::from_fn_with_state(
+                api.clone(),
+                refuse_oversized_module,
+            )),
+        )
         .route("/tenants/{tenant}/policy", put(activate_policy))
         .route("/stats", get(stats))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -337,6 +343,29 @@ async fn list_policies(State(api): State<Api>) -> Response {
     Json(api.registry.list()).into_response()
 }
 
+/// Refuses a module over the size limit from its `Content-Length`, before reading the body
+/// (a client sending `Expect: 100-continue` then never sends it).
+async fn refuse_oversized_module(State(api): State<Api>, request: Request, next: Next) -> Response {
+    let limit = api.registry.limits.module_bytes as u64;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(len) if len > limit => {
+            let name = request.uri().path().trim_start_matches("/policies/");
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                anyhow!(
+                    "policy {name}: a module of {len} bytes is too large (the limit is {limit} bytes)"
+                ),
+            )
+        }
+        _ => next.run(request).await,
+    }
+}
+
 async fn upload_policy(
     State(api): State<Api>,
     UrlPath(name): UrlPath<String>,
@@ -374,9 +403,10 @@ async fn stats(State(api): State<Api>) -> Response {
 
 /// A minimal HTTP/1.1 client for `valet-run policy push|list` (one request per connection).
 pub mod client {
-    use std::io::{Read, Write};
+    use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
     use std::os::unix::net::UnixStream;
+    use std::time::Duration;
 
     use anyhow::{bail, Context, Result};
 
@@ -390,16 +420,45 @@ pub mod client {
         path: &str,
         body: &[u8],
     ) -> Result<(u16, Vec<u8>)> {
+        // With a body, ask the server to look at the headers first: one that refuses the
+        // request from them (a wrong token, a module over the size limit) answers before the
+        // body is sent, instead of closing the connection under a client still writing it.
+        let expect = if body.is_empty() {
+            ""
+        } else {
+            "Expect: 100-continue\r\n"
+        };
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: valet\r\nAuthorization: Bearer {token}\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
+             Content-Length: {}\r\n{expect}Connection: close\r\n\r\n",
             body.len()
         );
         let mut response = Vec::new();
-        let mut exchange = |s: &mut dyn ReadWrite| -> std::io::Result<()> {
+        let mut exchange = |s: &mut dyn Conn| -> std::io::Result<()> {
             s.write_all(head.as_bytes())?;
-            s.write_all(body)?;
-            s.flush()?;
+            if !body.is_empty() {
+                if let Some(end) = interim(s, &mut response)? {
+                    if status_of(&response[..end]) != Some(100) {
+                        // The final answer, given without the body.
+                        return s.read_to_end(&mut response).map(drop);
+                    }
+                    response.drain(..end + 4);
+                }
+                match s.write_all(body).and_then(|()| s.flush()) {
+                    Ok(()) => {}
+                    // The server answered early and closed; its answer may still be readable.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+                        ) =>
+                    {
+                        let _ = s.read_to_end(&mut response);
+                        return if response.is_empty() { Err(e) } else { Ok(()) };
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             s.read_to_end(&mut response)?;
             Ok(())
         };
@@ -418,11 +477,7 @@ pub mod client {
             .position(|w| w == b"\r\n\r\n")
             .context("malformed HTTP response")?;
         let status_line = String::from_utf8_lossy(&response[..split]);
-        let Some(code) = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse::<u16>().ok())
-        else {
+        let Some(code) = status_of(&response[..split]) else {
             bail!("malformed HTTP status line");
         };
         let body = decode_body(&status_line, &response[split + 4..]);
@@ -451,6 +506,56 @@ pub mod client {
         out
     }
 
-    trait ReadWrite: Read + Write {}
-    impl<T: Read + Write> ReadWrite for T {}
+    /// How long to wait for `100 Continue` before sending the body anyway (RFC 9110 §10.1.1).
+    const CONTINUE_WAIT: Duration = Duration::from_secs(2);
+
+    /// The status code of a response head.
+    fn status_of(head: &[u8]) -> Option<u16> {
+        String::from_utf8_lossy(head)
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse::<u16>().ok())
+    }
+
+    /// Reads the server's first response head into `response`; returns where it ends (the
+    /// `\r\n\r\n`), or None when the server said nothing within [`CONTINUE_WAIT`].
+    fn interim(s: &mut dyn Conn, response: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+        s.set_read_timeout(Some(CONTINUE_WAIT))?;
+        let mut chunk = [0u8; 4096];
+        let end = loop {
+            if let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+                break Some(end);
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => break None,
+                Ok(n) => response.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if response.is_empty() {
+                        break None;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        s.set_read_timeout(None)?;
+        Ok(end)
+    }
+
+    /// A connection to the API.
+    trait Conn: Read + Write {
+        fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()>;
+    }
+
+    impl Conn for TcpStream {
+        fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+            TcpStream::set_read_timeout(self, timeout)
+        }
+    }
+
+    impl Conn for UnixStream {
+        fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+            UnixStream::set_read_timeout(self, timeout)
+        }
+    }
 }

@@ -82,6 +82,13 @@ impl PolicyModule {
                 limits.module_bytes
             );
         }
+        // Anything without the binary header is parsed as WAT text; bytes that are neither
+        // would otherwise be refused as "not valid utf-8", which hides what is wrong.
+        if !bytes.starts_with(b"\0asm") && std::str::from_utf8(bytes).is_err() {
+            bail!(
+                "policy {name}: not a valid WebAssembly module: no \\0asm header, and not WAT text"
+            );
+        }
         let module = Module::new(engine, bytes).map_err(|e| {
             let first = format!("{e}");
             anyhow!("policy {name}: not a valid WebAssembly module: {first}")

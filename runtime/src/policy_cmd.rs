@@ -31,6 +31,10 @@ pub enum PolicyCommand {
         /// Streams the device keeps apart (what `valet_init` is told).
         #[arg(long, default_value_t = 12)]
         streams: u32,
+        /// Zone size of the replay device in MiB (default: about 64 zones); the device is
+        /// sized so the trace's peak of live data fills it to about 80 %.
+        #[arg(long, value_name = "MIB", requires = "replay")]
+        zone_mib: Option<u64>,
     },
     /// Upload a policy to a running valet-run and make it a tenant's policy.
     Push {
@@ -106,6 +110,7 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             trace: trace_file,
             replay,
             streams,
+            zone_mib,
         } => {
             // A scratch store only hosts the registry; checks never touch a real device.
             let scratch = scratch_store(Geometry {
@@ -148,7 +153,8 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             }
             if replay {
                 let fresh = Arc::new(WasmPlacement::new(module, streams)?);
-                let stats = trace::replay_on_store(&records, fresh, replay_geometry(&records))?;
+                let geometry = replay_geometry(&records, zone_mib);
+                let stats = trace::replay_on_store(&records, fresh, geometry)?;
                 println!("{}", serde_json::to_string(&stats)?);
             }
             Ok(0)
@@ -214,8 +220,9 @@ fn scratch_store(geometry: Geometry) -> Result<Store> {
     Ok(Store::open(device, StoreConfig::default())?)
 }
 
-/// A device large enough for the most data the trace ever holds at once, at about 80 %.
-fn replay_geometry(records: &[trace::Record]) -> Geometry {
+/// A device the trace's peak of live data fills to about 80 %, in zones of `zone_mib` (or
+/// about 64 zones of 1 MiB or more), plus the two metadata zones and GC's reserve.
+fn replay_geometry(records: &[trace::Record], zone_mib: Option<u64>) -> Geometry {
     let mut live: BTreeMap<&str, u64> = BTreeMap::new();
     let mut peak = 0u64;
     for r in records {
@@ -230,8 +237,9 @@ fn replay_geometry(records: &[trace::Record]) -> Geometry {
         }
         peak = peak.max(live.values().sum());
     }
-    let zone = 16u64 << 20;
-    let zones = (peak * 5 / 4 / zone + 8).max(16) as u32;
+    let mib = 1u64 << 20;
+    let zone = zone_mib.map_or((peak / 64).div_ceil(mib).max(1), |z| z.max(1)) * mib;
+    let zones = ((peak as f64 / 0.8) as u64).div_ceil(zone) as u32 + 2 + 1;
     Geometry {
         zone_count: zones,
         zone_size: zone,

@@ -24,17 +24,25 @@ impl Inner {
         want: u32,
         for_gc: bool,
     ) -> Result<(ZoneId, u32, u32)> {
+        // Below the threshold, collect one victim per allocation: spreading the work keeps
+        // a nearly full device from re-compacting everything on every flush. Only when no
+        // zone is left outside the reserve does collection loop until one frees.
+        if !for_gc {
+            self.current_group.insert(key, hint.group);
+        }
+        let mut collected = false;
         loop {
             if let Some(found) = self.use_head(key, hint, want)? {
                 return Ok(found);
             }
             // Collecting may itself open a head for this stream: look again after each step.
-            if !for_gc && (self.free.len() as u32) < self.config.gc_threshold_zones {
+            if !for_gc && !collected && (self.free.len() as u32) < self.config.gc_threshold_zones {
+                collected = true;
                 if !self.to_reset.is_empty() {
                     self.commit()?;
                     continue;
                 }
-                if self.gc_one()? {
+                if self.gc_one(true)? {
                     continue;
                 }
             }
@@ -60,13 +68,14 @@ impl Inner {
                 self.commit()?;
                 continue;
             }
-            if for_gc || !self.gc_one()? {
-                let live = self.state.zones.total_valid() * self.state.block_size();
-                return Err(Error::NoSpace(format!(
-                    "{live} bytes of live data fill the device's {} bytes",
-                    self.state.geometry.capacity_bytes()
-                )));
+            if !for_gc && self.gc_one(false)? {
+                continue;
             }
+            let live = self.state.zones.total_valid() * self.state.block_size();
+            return Err(Error::NoSpace(format!(
+                "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
+                self.state.geometry.capacity_bytes()
+            )));
         }
     }
 

@@ -17,15 +17,15 @@ impl Inner {
                 self.commit()?;
                 continue;
             }
-            if !self.gc_one()? {
+            if !self.gc_one(false)? {
                 break;
             }
         }
         Ok(())
     }
 
-    /// The sealed data zone with the fewest valid blocks, if moving them gains space.
-    fn gc_victim(&self) -> Option<ZoneId> {
+    /// Sealed data zones that GC may collect, with their valid blocks.
+    fn sealed_zones(&self) -> Vec<(ZoneId, u64)> {
         let cap = self.state.geometry.blocks_per_zone();
         let heads: Vec<ZoneId> = self.heads.values().map(|h| h.zone).collect();
         (0..self.state.geometry.zone_count)
@@ -33,16 +33,40 @@ impl Inner {
             .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
             .filter(|z| self.wp[*z as usize] >= cap)
             .map(|z| (z, self.state.zones.valid_blocks(z) as u64))
-            .filter(|&(_, valid)| valid < cap)
+            .collect()
+    }
+
+    /// The sealed zone with the fewest valid blocks, if collecting it is worth it: it must
+    /// free at least `min_gain` blocks, and the sealed zones together must hold at least a
+    /// zone's worth of dead blocks (else no amount of moving frees a zone, and collecting
+    /// would only churn).
+    fn gc_victim(&self, min_gain: u64) -> Option<ZoneId> {
+        let cap = self.state.geometry.blocks_per_zone();
+        let sealed = self.sealed_zones();
+        let dead: u64 = sealed.iter().map(|&(_, valid)| cap - valid).sum();
+        if dead < cap {
+            return None;
+        }
+        sealed
+            .into_iter()
+            .filter(|&(_, valid)| cap - valid >= min_gain.max(1))
             .min_by_key(|&(_, valid)| valid)
             .map(|(z, _)| z)
     }
 
-    /// Migrates one victim zone. Returns false when there is nothing worth collecting.
-    pub(super) fn gc_one(&mut self) -> Result<bool> {
-        let Some(victim) = self.gc_victim() else {
+    /// Migrates one victim zone when free zones run short. `eager` (collection ahead of
+    /// need) takes only victims that free an eighth of a zone or more. Returns false when
+    /// there is nothing worth collecting.
+    pub(super) fn gc_one(&mut self, eager: bool) -> Result<bool> {
+        let min_gain = if eager {
+            self.state.geometry.blocks_per_zone() / 8
+        } else {
+            1
+        };
+        let Some(victim) = self.gc_victim(min_gain) else {
             return Ok(false);
         };
+
         let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
             return Ok(false);
         };
@@ -56,7 +80,14 @@ impl Inner {
         }
         moving.sort_by_key(|(_, _, e)| e.block);
         let bs = self.state.block_size();
-        let group = self.heads.get(&key).map_or(0, |h| h.group);
+        // Moved data joins the stream's current group, so that the next write of the stream
+        // does not take it for a group change and seal the zone it just filled.
+        let group = self
+            .current_group
+            .get(&key)
+            .copied()
+            .or_else(|| self.heads.get(&key).map(|h| h.group))
+            .unwrap_or(0);
         let hint = Hint {
             group,
             ..Hint::zoned(key.stream)

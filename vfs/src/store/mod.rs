@@ -176,6 +176,8 @@ struct Inner {
     /// The zone each stream appends to (the ZNS resolver's state).
     heads: HashMap<StreamKey, ZnsHead>,
     head_used: HashMap<StreamKey, u64>,
+    /// The lifetime group each stream wrote last (what GC-moved data joins).
+    current_group: HashMap<StreamKey, u32>,
     /// The store's view of each zone's write pointer, in blocks.
     wp: Vec<u64>,
     free: BTreeSet<ZoneId>,

@@ -123,6 +123,7 @@ pub(super) fn mount(
         next_handle: 1,
         heads: HashMap::new(),
         head_used: HashMap::new(),
+        current_group: HashMap::new(),
         wp: report
             .iter()
             .map(|z| match z.state {

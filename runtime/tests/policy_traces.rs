@@ -1,0 +1,132 @@
+//! Every built-in policy on a trace recorded from a real guest run: the LSM guest runs under
+//! `valet-run --record-trace`, then each policy's decisions for that trace are checked, and
+//! its file lifecycle is replayed on a store at about 80 % use to compare the write
+//! amplification the decisions lead to. `learn`, which has no rules about LSMs, must come
+//! within 5 % of `rocks`.
+
+use std::process::Command;
+
+fn valet_run() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_valet-run"))
+}
+
+fn record_lsm_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let trace = dir.join("lsm.jsonl");
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.join("dev"))
+        .args(["--zone-size", "16", "--zones", "48", "--record-trace"])
+        .arg(&trace)
+        .arg(valet_guests::LSM_SIM)
+        .args(["--num", "40000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("verified"), "{stdout}");
+    trace
+}
+
+/// `policy check NAME --trace T [--replay --zone-mib 4]`: decision lines and, with replay,
+/// the accounting as the last line.
+fn check(
+    policy: &str,
+    trace: &std::path::Path,
+    replay: bool,
+) -> (Vec<(String, String)>, Option<serde_json::Value>) {
+    let mut cmd = valet_run();
+    cmd.args(["policy", "check", policy, "--trace"]).arg(trace);
+    if replay {
+        cmd.args(["--replay", "--zone-mib", "4"]);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{policy}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut decisions = Vec::new();
+    let mut stats = None;
+    for line in stdout.lines() {
+        if line.starts_with('{') {
+            stats = Some(serde_json::from_str(line).unwrap());
+        } else if let Some((path, decision)) = line.split_once('\t') {
+            decisions.push((path.to_string(), decision.to_string()));
+        }
+    }
+    (decisions, stats)
+}
+
+fn decision_of<'a>(decisions: &'a [(String, String)], suffix: &str) -> &'a str {
+    &decisions
+        .iter()
+        .find(|(p, _)| p.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no decision for *{suffix}"))
+        .1
+}
+
+#[test]
+fn builtins_on_a_recorded_lsm_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = record_lsm_trace(dir.path());
+
+    let (rocks, rocks_stats) = check("rocks", &trace, true);
+    assert!(
+        decision_of(&rocks, ".log").starts_with("stream 1"),
+        "{rocks:?}"
+    );
+    assert!(
+        decision_of(&rocks, ".ldb").starts_with("stream 2"),
+        "{rocks:?}"
+    );
+    assert!(decision_of(&rocks, "MANIFEST-000001").starts_with("stream 3"));
+    assert_eq!(decision_of(&rocks, "CURRENT.dbtmp"), "conventional");
+
+    let (default, _) = check("default", &trace, false);
+    assert!(decision_of(&default, ".log").starts_with("stream 1"));
+    assert!(decision_of(&default, ".ldb").starts_with("stream 2"));
+
+    let (fdp, _) = check("fdp-dirs", &trace, false);
+    let streams: std::collections::BTreeSet<_> = fdp.iter().map(|(_, d)| d.clone()).collect();
+    assert_eq!(
+        streams.len(),
+        1,
+        "one top directory, one placement id: {streams:?}"
+    );
+
+    // learn starts with everything in one stream and separates what dies at different ages
+    // once it has seen deletes.
+    let (learn, learn_stats) = check("learn", &trace, true);
+    let late_log = learn
+        .iter()
+        .rev()
+        .find(|(p, _)| p.ends_with(".log"))
+        .unwrap();
+    let late_table = learn
+        .iter()
+        .rev()
+        .find(|(p, _)| p.ends_with(".ldb"))
+        .unwrap();
+    assert_ne!(
+        late_log.1, late_table.1,
+        "learn kept logs and tables together"
+    );
+
+    let waf = |s: &Option<serde_json::Value>| s.as_ref().unwrap()["waf"].as_f64().unwrap();
+    let (rocks_waf, learn_waf) = (waf(&rocks_stats), waf(&learn_stats));
+    assert!(
+        learn_waf <= rocks_waf * 1.05,
+        "learn WAF {learn_waf} vs rocks {rocks_waf}"
+    );
+    // The replay device really is nearly full: data moved for someone.
+    let one_stream = check("fdp-dirs", &trace, true).1;
+    assert!(
+        waf(&one_stream) >= rocks_waf,
+        "one stream should not beat rocks"
+    );
+}
