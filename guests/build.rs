@@ -79,6 +79,7 @@ fn main() {
     }
 
     let mut generated = String::new();
+    let mut all = String::from("/// Every guest: (name, path).\npub const ALL: &[(&str, &str)] = &[\n");
     for name in names {
         let target = target_of(&name);
         let wasm = target_dir
@@ -93,6 +94,9 @@ fn main() {
             wasm.display().to_string()
         )
         .unwrap();
+        writeln!(all, "    ({name:?}, {constant}),").unwrap();
     }
+    generated.push_str(&all);
+    generated.push_str("];\n");
     std::fs::write(out_dir.join("guests.rs"), generated).unwrap();
 }
