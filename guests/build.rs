@@ -79,7 +79,8 @@ fn main() {
     }
 
     let mut generated = String::new();
-    let mut all = String::from("/// Every guest: (name, path).\npub const ALL: &[(&str, &str)] = &[\n");
+    let mut all =
+        String::from("/// Every guest: (name, path).\npub const ALL: &[(&str, &str)] = &[\n");
     for name in names {
         let target = target_of(&name);
         let wasm = target_dir

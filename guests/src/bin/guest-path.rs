@@ -9,7 +9,10 @@ fn main() {
     match valet_guests::ALL.iter().find(|(n, _)| *n == name) {
         Some((_, path)) => println!("{path}"),
         None => {
-            eprintln!("guest-path: no guest {name} (one of: {})", names().join(", "));
+            eprintln!(
+                "guest-path: no guest {name} (one of: {})",
+                names().join(", ")
+            );
             std::process::exit(2);
         }
     }

@@ -9,9 +9,12 @@
 //! - **large objects** in append-only regions ("BlockCache"), filled once and evicted whole,
 //!   oldest first. Region files (`region-*`, `*.region`, or a name containing `blockcache`)
 //!   go to **stream 1**, each region file its **own lifetime group** (the number in its
-//!   name, else a hash of the name) that **starts its own zone**. A region then dies as a
-//!   whole zone and is reset without moving a byte: the Zone-Cache design of the ZNS-cache
-//!   study, WAF 1.0 against 1.15–1.39 for region-in-shared-zone layouts.
+//!   name, else a hash of the name). Regions are written one after another and evicted
+//!   oldest first, so in their own stream they free zones in order without moving a byte,
+//!   which is the Zone-Cache result of the ZNS-cache study (WAF 1.0 against 1.15–1.39 for
+//!   regions sharing zones with other data). Groups do not start zones: a 16 MiB region
+//!   sealing a zone of a GiB would strand most of it. On FDP devices the groups keep
+//!   regions apart as placement identifiers.
 //!
 //! Everything else (metadata, logs of the cache process) goes to stream 0. With a single
 //! stream the regions fold onto stream 0 and keep their groups.
@@ -79,7 +82,7 @@ impl CacheLib {
         if is_region_file(name) {
             let group = number_in(name).unwrap_or_else(|| fnv1a(name.as_bytes()));
             let stream = STREAM_REGIONS.min(self.max_streams.saturating_sub(1));
-            return Decision::zoned(stream).group(group).group_starts_zone();
+            return Decision::zoned(stream).group(group);
         }
         Decision::zoned(STREAM_OTHER)
     }
@@ -122,11 +125,8 @@ mod tests {
     }
 
     #[test]
-    fn each_region_is_its_own_group_and_zone() {
-        assert_eq!(
-            place(8, "cache/region-0003"),
-            Decision::zoned(1).group(3).group_starts_zone()
-        );
+    fn each_region_is_its_own_group() {
+        assert_eq!(place(8, "cache/region-0003"), Decision::zoned(1).group(3));
         assert_eq!(place(8, "cache/region-0004").group, 4);
         assert_eq!(place(8, "cache/17.region").group, 17);
         assert_eq!(
@@ -137,7 +137,7 @@ mod tests {
         let named = place(8, "cache/blockcache");
         assert_eq!(named.stream, STREAM_REGIONS);
         assert_eq!(named.group, fnv1a(b"blockcache"));
-        assert!(named.group_starts_zone);
+        assert!(!named.group_starts_zone, "regions share zones in order");
         // A number too large for a group falls back to the hash.
         assert_eq!(
             place(8, "cache/region-99999999999").group,
