@@ -239,7 +239,7 @@ fn replay_geometry(records: &[trace::Record], zone_mib: Option<u64>) -> Geometry
     }
     let mib = 1u64 << 20;
     let zone = zone_mib.map_or((peak / 64).div_ceil(mib).max(1), |z| z.max(1)) * mib;
-    let zones = ((peak as f64 / 0.8) as u64).div_ceil(zone) as u32 + 2 + 1;
+    let zones = (((peak as f64 / 0.8) as u64).div_ceil(zone) as u32 + 2 + 1).max(8);
     Geometry {
         zone_count: zones,
         zone_size: zone,

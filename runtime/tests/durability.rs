@@ -350,25 +350,6 @@ fn check(
             {
                 true
             }
-            // KNOWN STORE ISSUE, tolerated here so that the suite stays stable: a conventional
-            // file's `set_len` shrinks the host file at once but journals the size only at
-            // the next sync, so a kill in between leaves the old size with zeros past the new
-            // one (`set_len_conventional` in vfs/src/store/conventional.rs). Delete this arm
-            // once the host file is shrunk only after the smaller size is committed.
-            (Op::Truncate { .. }, Some(old), Some(new), Some(got))
-                if name == "CURRENT"
-                    && got.len() == old.len()
-                    && got[..new.len()] == new[..]
-                    && got[new.len()..].iter().all(|&b| b == 0) =>
-            {
-                eprintln!(
-                    "cycle {cycle}: known issue: torn truncate of conventional file {name} \
-                     (old size {}, zeros from {})",
-                    old.len(),
-                    new.len()
-                );
-                true
-            }
             _ => false,
         };
     assert!(

@@ -130,3 +130,53 @@ fn builtins_on_a_recorded_lsm_trace() {
         "one stream should not beat rocks"
     );
 }
+
+#[test]
+fn builtins_on_a_recorded_cache_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("cache.jsonl");
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.path().join("dev"))
+        .args([
+            "--zone-size",
+            "16",
+            "--zones",
+            "32",
+            "--policy",
+            "cachelib",
+            "--stats",
+            "--record-trace",
+        ])
+        .arg(&trace)
+        .arg(valet_guests::CACHE_SIM)
+        .args(["--", "--dir", "/data", "--ops", "10000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verified"), "{stdout}");
+    // The in-place bucket file went to the conventional area, and the regions wrote once.
+    assert!(!stderr.contains(" 0.0 MiB conventional"), "{stderr}");
+
+    let (cachelib, _) = check("cachelib", &trace, false);
+    assert_eq!(decision_of(&cachelib, "small/bighash.dat"), "conventional");
+    let regions: Vec<&(String, String)> = cachelib
+        .iter()
+        .filter(|(p, _)| p.contains("large/region-"))
+        .collect();
+    assert!(regions.len() >= 3, "{cachelib:?}");
+    for (path, decision) in &regions {
+        let n: u32 = path.rsplit('-').next().unwrap().parse().unwrap();
+        assert_eq!(decision, &format!("stream 1 group {n}"), "{path}");
+    }
+
+    let (fdp, _) = check("fdp-dirs", &trace, false);
+    let group = |d: &str| d.split(" group ").nth(1).unwrap().to_string();
+    assert_ne!(
+        group(decision_of(&fdp, "small/bighash.dat")),
+        group(decision_of(&fdp, "large/region-0000")),
+        "top directories name different placement ids"
+    );
+}

@@ -74,6 +74,27 @@ impl ConventionalArea {
         Ok(())
     }
 
+    /// Cuts host files back to their recorded size (a crash between committing a truncate
+    /// and shrinking the host file leaves them longer).
+    pub fn trim(&mut self, files: impl Iterator<Item = (Ino, u64)>) -> Result<()> {
+        for (ino, size) in files {
+            let name = ino.to_string();
+            let mut opts = OpenOptions::new();
+            opts.write(true);
+            match self.dir.open_with(&name, &opts) {
+                Ok(f) => {
+                    if f.metadata()?.len() > size {
+                        f.set_len(size)?;
+                        f.sync_all()?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     /// Removes host files that no live conventional inode owns (left by a crash).
     pub fn remove_orphans(&mut self, live: impl Fn(Ino) -> bool) -> Result<()> {
         for entry in self.dir.entries()? {
@@ -136,12 +157,26 @@ impl Inner {
     }
 
     pub(super) fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<()> {
-        self.host_file(ino)?.set_len(size)?;
         let now = super::now_ns();
         let inode = self.state.inode_mut(ino)?;
+        let shrinking = size < inode.size;
         inode.size = size;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
+        if shrinking {
+            // The smaller size is durable before any byte goes, so a crash leaves the file
+            // as it was before the truncate or after it, never zeros past a new end.
+            let op = super::state::MetaOp::SetAttr {
+                ino,
+                size,
+                atime_ns: self.state.inode(ino)?.atime_ns,
+                mtime_ns: now,
+                ctime_ns: now,
+            };
+            self.record(op)?;
+            self.commit()?;
+        }
+        self.host_file(ino)?.set_len(size)?;
         self.open.get_mut(&ino).expect("open").host_dirty = true;
         Ok(())
     }

@@ -241,11 +241,17 @@ impl Inner {
         self.reclaim_emptied();
         let state = &self.state;
         if let Some(conv) = &mut self.conv {
-            conv.remove_orphans(|ino| {
-                state.inodes.get(&ino).is_some_and(|i| {
-                    i.kind == FileKind::File && i.hint.class == Class::Conventional
-                })
-            })?;
+            let conventional = |i: &super::state::Inode| {
+                i.kind == FileKind::File && i.hint.class == Class::Conventional
+            };
+            conv.remove_orphans(|ino| state.inodes.get(&ino).is_some_and(conventional))?;
+            conv.trim(
+                state
+                    .inodes
+                    .iter()
+                    .filter(|(_, i)| conventional(i))
+                    .map(|(ino, i)| (*ino, i.size)),
+            )?;
         }
         Ok(())
     }
