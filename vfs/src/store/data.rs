@@ -37,19 +37,34 @@ impl Inner {
         if data.is_empty() {
             return Ok(());
         }
-        let tenant = self.state.inode(ino)?.tenant;
+        let inode = self.state.inode(ino)?;
+        let (tenant, class, stream) = (inode.tenant, inode.hint.class, inode.hint.stream);
         *self.counters.tenant_host.entry(tenant).or_default() += data.len() as u64;
-        if self.is_conventional(ino)? {
+        if class == Class::Conventional {
             return self.write_conventional(ino, data, offset);
         }
-        let key = self.stream_of(ino)?;
+        let key = StreamKey { tenant, stream };
         self.counters.streams.entry(key).or_default().host += data.len() as u64;
         let tick = self.touch();
+        let buf_size = self.pool.buffer_size() as u64;
         let of = self.open.get_mut(&ino).ok_or(Error::BadHandle)?;
         of.last_use = tick;
         of.unreported += data.len() as u64;
+        // Fast path: the write continues or overwrites the window and leaves it not full.
+        if let Some(w) = of.window.as_mut() {
+            let end = offset + data.len() as u64;
+            if w.start <= offset && offset <= w.end() && end < w.start + buf_size {
+                let at = (offset - w.start) as usize;
+                self.pool.get_mut(w.buf)[at..at + data.len()].copy_from_slice(data);
+                w.len = w.len.max(at + data.len());
+                w.dirty = true;
+                let inode = self.state.inode_mut(ino)?;
+                inode.size = inode.size.max(end);
+                inode.mtime_ns = now_ns();
+                return Ok(());
+            }
+        }
 
-        let buf_size = self.pool.buffer_size() as u64;
         let mut done = 0usize;
         while done < data.len() {
             let pos = offset + done as u64;

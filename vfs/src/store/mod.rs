@@ -170,8 +170,8 @@ struct Inner {
     /// Device writes since the last device sync.
     unsynced_writes: bool,
     pool: BufferPool,
-    open: HashMap<Ino, OpenFile>,
-    handles: HashMap<u64, Handle>,
+    open: IntMap<Ino, OpenFile>,
+    handles: IntMap<u64, Handle>,
     next_handle: u64,
     /// The zone each stream appends to (the ZNS resolver's state).
     heads: HashMap<StreamKey, ZnsHead>,
@@ -231,11 +231,42 @@ pub struct Store {
 }
 
 pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    // The kernel's coarse clock (updated every tick), as file systems use for timestamps.
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc != 0 {
+        return SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Hashing for maps keyed by inode numbers and handle ids: small sequential integers need no
+/// SipHash.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IntHasher(u64);
+
+impl std::hash::Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub(crate) type IntMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IntHasher>>;
 
 impl Store {
     /// Mounts the store on `device`, formatting it if it is blank and recovering it otherwise.

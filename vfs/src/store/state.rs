@@ -125,7 +125,7 @@ pub struct State {
     pub geometry: Geometry,
     pub next_ino: Ino,
     pub tenants: Vec<Tenant>,
-    pub inodes: HashMap<Ino, Inode>,
+    pub inodes: super::IntMap<Ino, Inode>,
     pub zones: ZoneMap,
     /// Zones whose last valid block died since the list was last drained.
     pub emptied: Vec<ZoneId>,
@@ -143,7 +143,7 @@ impl State {
             geometry,
             next_ino: 1,
             tenants: Vec::new(),
-            inodes: HashMap::new(),
+            inodes: Default::default(),
             zones: ZoneMap::new(geometry.zone_count, geometry.blocks_per_zone()),
             emptied: Vec::new(),
             names: HashMap::new(),
