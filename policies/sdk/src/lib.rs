@@ -316,6 +316,16 @@ impl Decision {
     }
 }
 
+/// 32-bit FNV-1a: a stable hash for turning names into groups or streams.
+pub fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in bytes {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
 /// A placement policy.
 pub trait Policy {
     /// How many streams the device can keep apart; called once before any decision.

@@ -70,7 +70,7 @@ fn main() {
         x ^= x >> 7;
         x ^= x << 17;
         // Popular keys are few: half the traffic goes to 1/16 of the key space.
-        let key = if x % 2 == 0 { x % 256 } else { x % 4096 };
+        let key = if x.is_multiple_of(2) { x % 256 } else { x % 4096 };
         let roll = (x >> 20) % 10;
         let large = key % 4 == 0;
         if roll < 5 {
@@ -87,7 +87,7 @@ fn main() {
             if large {
                 let len = 16 * 1024 + (x % 48) as usize * 1024;
                 if current.as_ref().is_none_or(|c| c.2 + len as u64 > region_bytes) {
-                    if let Some((_, mut f, _)) = current.take() {
+                    if let Some((_, f, _)) = current.take() {
                         ok(f.sync_all(), "region sync");
                     }
                     let id = next_region;
@@ -123,7 +123,7 @@ fn main() {
             ok(buckets.sync_data(), "bighash sync");
         }
     }
-    if let Some((_, mut f, _)) = current.take() {
+    if let Some((_, f, _)) = current.take() {
         ok(f.sync_all(), "region sync");
     }
     // Every large object still indexed reads back as written.
@@ -134,7 +134,7 @@ fn main() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let key = if x % 2 == 0 { x % 256 } else { x % 4096 };
+        let key = if x.is_multiple_of(2) { x % 256 } else { x % 4096 };
         if key % 4 == 0 && (x >> 20) % 10 >= 5 && (x >> 20) % 10 < 8 {
             seen.insert(key, op);
         }

@@ -44,15 +44,7 @@ impl Default for DefaultPolicy {
     }
 }
 
-/// 32-bit FNV-1a.
-pub fn fnv1a(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in bytes {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
-}
+pub use valet_policy_sdk::fnv1a;
 
 /// (parent directory, file name); the directory is empty for a file in the root.
 fn split(path: &str) -> (&str, &str) {

@@ -35,15 +35,7 @@ impl Default for FdpDirs {
     }
 }
 
-/// 32-bit FNV-1a.
-pub fn fnv1a(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in bytes {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
-}
+pub use valet_policy_sdk::fnv1a;
 
 impl FdpDirs {
     /// The decision for `path` (the same for every tenant, reason and size).
