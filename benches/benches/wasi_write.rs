@@ -123,7 +123,6 @@ impl Bench {
 
     fn run_store(&self, mode: &str, size: usize, count: u64) -> Result<Duration> {
         let spec = GuestSpec {
-            module: PathBuf::from(valet_guests::WRITE_BENCH),
             args: Self::args(mode, size, count),
             env: Vec::new(),
             preopens: vec![

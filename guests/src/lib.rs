@@ -5,3 +5,7 @@
 //! tests read as "run guest X, expect Y". Nothing compiled is committed.
 
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+
+/// Deterministic contents the guests write, for the tests that check them.
+#[path = "../programs/src/content.rs"]
+pub mod content;

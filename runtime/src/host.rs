@@ -41,7 +41,6 @@ pub enum Preopen {
 /// Everything one guest runs with.
 #[derive(Clone)]
 pub struct GuestSpec {
-    pub module: PathBuf,
     /// argv, starting with the program name.
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,

@@ -190,12 +190,12 @@ fn parse_env(kv: &str) -> Result<(String, String)> {
     Ok((k.to_string(), v.to_string()))
 }
 
-fn parse_dir(spec: &str) -> Result<Preopen> {
+fn parse_dir(spec: &str) -> Preopen {
     let (host, guest) = spec.split_once("::").unwrap_or((spec, spec));
-    Ok(Preopen::Host {
+    Preopen::Host {
         host_path: PathBuf::from(host),
         guest_path: guest.to_string(),
-    })
+    }
 }
 
 fn run(cli: Cli) -> Result<u8> {
@@ -256,14 +256,13 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             guest_path: cli.mount.clone(),
         }];
         for d in &cli.dirs {
-            preopens.push(parse_dir(d)?);
+            preopens.push(parse_dir(d));
         }
         let program = app
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "app.wasm".into());
         let spec = GuestSpec {
-            module: app.clone(),
             args: std::iter::once(program)
                 .chain(cli.args.iter().cloned())
                 .collect(),

@@ -150,7 +150,6 @@ pub fn run(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "app.wasm".into());
         let spec = GuestSpec {
-            module: t.app.clone(),
             args: std::iter::once(program)
                 .chain(t.args.iter().cloned())
                 .collect(),

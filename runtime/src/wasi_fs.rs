@@ -109,11 +109,6 @@ impl VfsDir {
             cookies: Arc::default(),
         }
     }
-
-    /// Makes the store's metadata durable (`fsync` of a directory).
-    pub fn sync(&self) -> Result<(), Error> {
-        self.store.sync().map_err(errno)
-    }
 }
 
 /// The other end of a rename or link must be in the same store.
@@ -309,11 +304,7 @@ impl WasiDir for VfsDir {
         let to = same_store(target_dir)?;
         self.store
             .link(self.ino, path, to.ino, target)
-            .map_err(|e| match e {
-                // The store's refusal to link a directory: POSIX says EPERM.
-                valet_vfs::Error::NotPermitted(_) => Error::perm(),
-                e => errno(e),
-            })
+            .map_err(errno)
     }
 
     async fn set_times(
@@ -422,11 +413,7 @@ impl WasiFile for VfsFile {
     }
 
     async fn set_filestat_size(&self, size: u64) -> Result<(), Error> {
-        self.handle.set_len(size).map_err(|e| match e {
-            // `ftruncate` of a descriptor not open for writing (Linux and POSIX: EINVAL).
-            valet_vfs::Error::NotPermitted(_) => Error::invalid_argument(),
-            e => errno(e),
-        })
+        self.handle.set_len(size).map_err(errno)
     }
 
     async fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<(), Error> {

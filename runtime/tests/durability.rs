@@ -16,7 +16,7 @@
 //!   between (a `replace` is a rename, so all old or all new);
 //! - the state read back becomes the base of the next cycle.
 //!
-//! The content of operation SEQ is `content(seed, SEQ, len)`, which both sides compute.
+//! The content of operation SEQ is `durable_record(seed, SEQ, len)`, which both sides compute.
 //! Sequence numbers never repeat across cycles, so stale data cannot pass for new.
 //!
 //! The kill comes after a seeded random delay (0–250 ms) counted from the guest's `ready`
@@ -38,33 +38,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use valet_guests::content::{durable_record, mix};
 use valet_runtime::device::DeviceSpec;
 use valet_vfs::device::{Geometry, IoMode};
 use valet_vfs::{OpenOptions, Store};
 
 /// The files `durable_writer` works on, under `/data/dw/`.
 const NAMES: [&str; 6] = ["f0.log", "f1.sst", "f2.dat", "f3.dat", "CURRENT", "f5.txt"];
-
-/// splitmix64's finalizer, as in `durable_writer`.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The bytes operation `seq` writes; the same function as in `durable_writer`.
-fn content(seed: u64, seq: u64, len: usize) -> Vec<u8> {
-    let key = mix(seed ^ mix(seq));
-    let mut out = Vec::with_capacity(len + 8);
-    let mut word = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(&mix(key.wrapping_add(word)).to_le_bytes());
-        word += 1;
-    }
-    out.truncate(len);
-    out
-}
 
 /// File name → contents (absent: no such file).
 type Files = BTreeMap<String, Vec<u8>>;
@@ -146,7 +126,7 @@ impl Op {
                     assert_eq!(*offset, data.len() as u64, "op {seq}: append offset");
                 }
                 assert!(*offset <= data.len() as u64, "op {seq}: write past the end");
-                let bytes = content(seed, seq, *len as usize);
+                let bytes = durable_record(seed, seq, *len as usize);
                 let (at, end) = (*offset as usize, (*offset + *len) as usize);
                 if data.len() < end {
                     data.resize(end, 0);
@@ -155,11 +135,11 @@ impl Op {
             }
             Op::Create { len, .. } => {
                 assert!(!files.contains_key(&name), "op {seq}: {name} exists");
-                files.insert(name, content(seed, seq, *len as usize));
+                files.insert(name, durable_record(seed, seq, *len as usize));
             }
             Op::Replace { len, .. } => {
                 assert!(files.contains_key(&name), "op {seq}: {name} missing");
-                files.insert(name, content(seed, seq, *len as usize));
+                files.insert(name, durable_record(seed, seq, *len as usize));
             }
             Op::Truncate { len, .. } => {
                 let data = files

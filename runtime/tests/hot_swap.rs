@@ -28,6 +28,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use valet_guests::content::{steady_file, steady_index, steady_name};
 use valet_runtime::admin::{client, AdminAddr};
 use valet_runtime::device::DeviceSpec;
 use valet_vfs::device::{Geometry, IoMode};
@@ -38,35 +39,9 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// The tenant `valet-run` runs a single guest as.
 const TENANT: &str = "default";
 
-// What steady_writer writes (its `mix`, `content` and `name`).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn content(i: u64) -> Vec<u8> {
-    let len = 1024 + (mix(i) % (11 * 1024)) as usize;
-    let mut out = Vec::with_capacity(len + 8);
-    let mut word = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(&mix(i.wrapping_mul(0x1_0000_0001) ^ word).to_le_bytes());
-        word += 1;
-    }
-    out.truncate(len);
-    out
-}
-
-fn name(i: u64) -> String {
-    format!("f{i:06}.dat")
-}
-
+/// The index of a file steady_writer named.
 fn index(name: &str) -> u64 {
-    name.strip_prefix('f')
-        .and_then(|n| n.strip_suffix(".dat"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("not a steady_writer file name: {name:?}"))
+    steady_index(name).unwrap_or_else(|| panic!("not a steady_writer file name: {name:?}"))
 }
 
 /// A policy whose `valet_place` runs `body` and then decides zoned stream `stream`, group 0.
@@ -616,15 +591,15 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
     let (_, root) = store.tenant(TENANT).unwrap();
     let streams: Vec<u32> = (1..=written)
         .map(|i| {
-            let ino = store.lookup(root, &name(i)).unwrap();
+            let ino = store.lookup(root, &steady_name(i)).unwrap();
             let meta = store.metadata(ino).unwrap();
             let f = store
-                .open_file(root, &name(i), OpenOptions::read())
+                .open_file(root, &steady_name(i), OpenOptions::read())
                 .unwrap();
             let mut data = vec![0u8; meta.size as usize];
             assert_eq!(f.read_at(&mut data, 0).unwrap(), data.len());
-            assert!(data == content(i), "{} differs", name(i));
-            assert_eq!(meta.hint.class, Class::Zoned, "{}", name(i));
+            assert!(data == steady_file(i), "{} differs", steady_name(i));
+            assert_eq!(meta.hint.class, Class::Zoned, "{}", steady_name(i));
             meta.hint.stream
         })
         .collect();
@@ -643,7 +618,7 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
                 stream_of(i),
                 change.stream,
                 "{} (after {:?})",
-                name(i),
+                steady_name(i),
                 change.what
             );
         }
@@ -675,10 +650,10 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
             format!(
                 "{}: in flight {}..{}, first on stream {}: {}",
                 c.what,
-                name(c.closed_before + 1),
-                name(c.first_after - 1),
+                steady_name(c.closed_before + 1),
+                steady_name(c.first_after - 1),
                 c.stream,
-                name(switch)
+                steady_name(switch)
             )
         })
         .collect();

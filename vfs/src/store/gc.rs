@@ -10,20 +10,6 @@ use crate::hint::Hint;
 use crate::Result;
 
 impl Inner {
-    /// Collects until `target` zones are free or no zone is worth collecting.
-    pub(super) fn gc_until(&mut self, target: u32) -> Result<()> {
-        while (self.free.len() as u32) < target {
-            if !self.to_reset.is_empty() {
-                self.commit()?;
-                continue;
-            }
-            if !self.gc_one(false)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-
     /// Sealed data zones that GC may collect, with their valid blocks.
     fn sealed_zones(&self) -> Vec<(ZoneId, u64)> {
         let cap = self.state.geometry.blocks_per_zone();

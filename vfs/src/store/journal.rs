@@ -136,7 +136,7 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
 /// The writer side: which metadata zone is active and the next sequence number.
 pub struct Journal {
     device: Arc<dyn ZonedDevice>,
-    zones: [ZoneId; 2],
+    /// Which of [`META_ZONES`] holds the newest checkpoint.
     active: usize,
     next_seq: u64,
     /// Bytes of metadata records written (accounting).
@@ -150,7 +150,6 @@ impl Journal {
     pub fn new(device: Arc<dyn ZonedDevice>, active: usize, next_seq: u64) -> Self {
         Journal {
             device,
-            zones: META_ZONES,
             active,
             next_seq,
             bytes_written: 0,
@@ -169,7 +168,7 @@ impl Journal {
             &payload,
             geometry.block_size as u64,
         );
-        let zone = self.zones[self.active];
+        let zone = META_ZONES[self.active];
         let wp = self.device.zone_info(zone)?.write_pointer;
         if wp + record.len() as u64 > geometry.zone_capacity {
             return Ok(false);
@@ -204,7 +203,7 @@ impl Journal {
             )));
         }
         let next = 1 - self.active;
-        let zone = self.zones[next];
+        let zone = META_ZONES[next];
         self.device.reset(zone)?;
         self.device.write(zone, 0, &record)?;
         self.bytes_written += record.len() as u64;
@@ -216,7 +215,7 @@ impl Journal {
     /// Finishes the metadata zone that the last checkpoint replaced, so it stops holding an
     /// active-zone resource. Call after the checkpoint is durable.
     pub fn retire_previous(&mut self) -> Result<()> {
-        let old = self.zones[1 - self.active];
+        let old = META_ZONES[1 - self.active];
         let info = self.device.zone_info(old)?;
         if info.state.is_active() {
             self.device.finish(old)?;

@@ -436,7 +436,7 @@ impl Store {
                 }
                 if wants_write && inner.open.get(&ino).is_none_or(|o| o.writers == 0) {
                     let size = inode.size;
-                    let full = inner.state.path_of(ino, parent, &name);
+                    let full = inner.state.path_of_new(parent, &name);
                     let hint = self.place(tenant, &full, OpenReason::OpenForWrite, size);
                     inner.set_hint(ino, hint)?;
                 }
@@ -477,11 +477,6 @@ impl Store {
     pub fn fsck(&self) -> Result<FsckReport> {
         let inner = self.lock();
         fsck::check(&inner)
-    }
-
-    /// Runs garbage collection until `free_zones` are free or nothing more can be gained.
-    pub fn collect_garbage(&self, free_zones: u32) -> Result<()> {
-        self.lock().gc_until(free_zones)
     }
 
     /// The accounting so far.
@@ -552,7 +547,8 @@ impl FileHandle {
     pub fn set_len(&self, size: u64) -> Result<()> {
         let mut inner = self.store.lock();
         if !inner.handle(self.id)?.write {
-            return Err(Error::NotPermitted("writing"));
+            // POSIX: EINVAL when the descriptor is not open for writing.
+            return Err(Error::Invalid("file not open for writing"));
         }
         inner.set_len(self.ino, size)
     }

@@ -146,11 +146,6 @@ impl State {
         }
     }
 
-    /// Path from the tenant root of entry `name` in `parent`, which names `_ino`.
-    pub fn path_of(&self, _ino: Ino, parent: Ino, name: &str) -> String {
-        self.path_of_new(parent, name)
-    }
-
     /// One path of an inode (the last name it was linked under), or "" if it has none.
     pub fn any_path(&self, ino: Ino) -> String {
         match self.names.get(&ino) {

@@ -7,7 +7,7 @@
 //! number from FIRST_SEQ on, chosen by a generator seeded from (SEED, seq): append, overwrite
 //! (possibly extending), create, replace (write `DIR/dw/tmp/NAME`, fsync it, rename it over
 //! `DIR/dw/NAME` and fsync both directories), truncate, delete. Every data operation ends with
-//! `fsync` or `fdatasync` of the file. The bytes op `seq` writes are `content(SEED, seq, len)`,
+//! `fsync` or `fdatasync` of the file. The bytes op `seq` writes are `durable_record(SEED, seq, len)`,
 //! which the checker recomputes.
 //!
 //! Protocol on stdout, one line each, written with one `fd_write` and flushed:
@@ -27,31 +27,16 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 
+#[allow(dead_code)]
+#[path = "../content.rs"]
+mod content;
+
+use content::{durable_record, mix};
+
 /// The files the writer works on, under `DIR/dw/`.
 const NAMES: [&str; 6] = ["f0.log", "f1.sst", "f2.dat", "f3.dat", "CURRENT", "f5.txt"];
 /// Files longer than this are truncated or replaced, which bounds the live data.
 const MAX_SIZE: u64 = 384 << 10;
-
-/// splitmix64's finalizer. `runtime/tests/durability.rs` has the same function.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The bytes operation `seq` writes. Must match `content` in the checker.
-fn content(seed: u64, seq: u64, len: usize) -> Vec<u8> {
-    let key = mix(seed ^ mix(seq));
-    let mut out = Vec::with_capacity(len + 8);
-    let mut word = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(&mix(key.wrapping_add(word)).to_le_bytes());
-        word += 1;
-    }
-    out.truncate(len);
-    out
-}
 
 struct Rng(u64);
 
@@ -137,7 +122,7 @@ fn main() {
                 .create_new(true)
                 .open(&path)
                 .expect("create");
-            f.write_all(&content(seed, seq, len as usize))
+            f.write_all(&durable_record(seed, seq, len as usize))
                 .expect("write");
             // The file's fsync alone makes its directory entry durable: the store's promise.
             f.sync_all().expect("fsync");
@@ -161,7 +146,7 @@ fn main() {
                 say(format!("begin {seq} replace {name} {len}"));
                 let staged = format!("{tmp}/{name}");
                 let mut f = File::create(&staged).expect("create the staged file");
-                f.write_all(&content(seed, seq, len as usize))
+                f.write_all(&durable_record(seed, seq, len as usize))
                     .expect("write");
                 f.sync_all().expect("fsync");
                 drop(f);
@@ -178,7 +163,7 @@ fn main() {
                 "begin {seq} append {name} {size} {len} {sync_name}"
             ));
             let mut f = OpenOptions::new().append(true).open(&path).expect("open");
-            f.write_all(&content(seed, seq, len as usize))
+            f.write_all(&durable_record(seed, seq, len as usize))
                 .expect("append");
             sync(&f, fsync);
             drop(f);
@@ -192,7 +177,7 @@ fn main() {
             ));
             let mut f = OpenOptions::new().write(true).open(&path).expect("open");
             f.seek(SeekFrom::Start(offset)).expect("seek");
-            f.write_all(&content(seed, seq, len as usize))
+            f.write_all(&durable_record(seed, seq, len as usize))
                 .expect("write");
             sync(&f, fsync);
             drop(f);

@@ -4,7 +4,7 @@
 //! Usage: steady_writer DIR CTL
 //!
 //! Creates `DIR/f000001.dat`, `DIR/f000002.dat`, ... one after another; each gets
-//! `content(i)` (1–12 KiB, not block aligned), then `fsync`, then `close`. Any failed create,
+//! `content::steady_file(i)` (1–12 KiB, not block aligned), then `fsync`, then `close`. Any failed create,
 //! write, sync or close is an error: a line on stderr and exit code 1. `CTL` is a host
 //! directory the test controls:
 //!
@@ -25,30 +25,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::IntoRawFd;
 
-/// splitmix64's finalizer. `runtime/tests/hot_swap.rs` has the same function.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+#[allow(dead_code)]
+#[path = "../content.rs"]
+mod content;
 
-/// The bytes of file `i`. Must match `content` in the test.
-fn content(i: u64) -> Vec<u8> {
-    let len = 1024 + (mix(i) % (11 * 1024)) as usize;
-    let mut out = Vec::with_capacity(len + 8);
-    let mut word = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(&mix(i.wrapping_mul(0x1_0000_0001) ^ word).to_le_bytes());
-        word += 1;
-    }
-    out.truncate(len);
-    out
-}
-
-fn name(i: u64) -> String {
-    format!("f{i:06}.dat")
-}
+use content::{steady_file, steady_name};
 
 fn fail(what: String) -> ! {
     eprintln!("steady_writer: error: {what}");
@@ -69,13 +50,13 @@ fn say(line: String) {
 
 /// Creates file `i` in `dir`, writes, syncs and closes it, checking every step.
 fn write_one(dir: &str, i: u64) {
-    let path = format!("{dir}/{}", name(i));
+    let path = format!("{dir}/{}", steady_name(i));
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
         .unwrap_or_else(|e| fail(format!("create {path}: {e}")));
-    f.write_all(&content(i))
+    f.write_all(&steady_file(i))
         .unwrap_or_else(|e| fail(format!("write {path}: {e}")));
     f.sync_all()
         .unwrap_or_else(|e| fail(format!("fsync {path}: {e}")));
@@ -98,7 +79,7 @@ fn verify(dir: &str, count: u64) {
         })
         .collect();
     listed.sort();
-    let expected: Vec<String> = (1..=count).map(name).collect();
+    let expected: Vec<String> = (1..=count).map(steady_name).collect();
     if listed != expected {
         fail(format!(
             "{dir} holds {} entries, expected {count} (f000001.dat..)",
@@ -106,12 +87,12 @@ fn verify(dir: &str, count: u64) {
         ));
     }
     for i in 1..=count {
-        let path = format!("{dir}/{}", name(i));
+        let path = format!("{dir}/{}", steady_name(i));
         let mut data = Vec::new();
         File::open(&path)
             .and_then(|mut f| f.read_to_end(&mut data))
             .unwrap_or_else(|e| fail(format!("read {path}: {e}")));
-        if data != content(i) {
+        if data != steady_file(i) {
             fail(format!("{path}: {} bytes read back differ", data.len()));
         }
     }
@@ -137,12 +118,12 @@ fn main() {
         if let Ok(seen) = fs::read_to_string(&epoch_file) {
             let seen = seen.trim().to_string();
             if seen != epoch {
-                say(format!("epoch {seen} next {}", name(i)));
+                say(format!("epoch {seen} next {}", steady_name(i)));
                 epoch = seen;
             }
         }
         write_one(dir, i);
-        say(format!("closed {}", name(i)));
+        say(format!("closed {}", steady_name(i)));
     }
     verify(dir, i);
     say(format!("wrote {i} files, all intact"));

@@ -1,0 +1,45 @@
+//! Deterministic contents shared by guests and the tests that check them. A guest includes
+//! this file (`#[path = "../content.rs"] mod content;`) and `valet-guests` exports it to the
+//! host side, so writer and checker compute the same bytes from one definition.
+
+/// splitmix64's finalizer.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `len` bytes made of the words `word(0)`, `word(1)`, ...
+fn fill(len: usize, word: impl Fn(u64) -> u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut n = 0u64;
+    while out.len() < len {
+        out.extend_from_slice(&word(n).to_le_bytes());
+        n += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// The name of steady_writer's file `i`.
+pub fn steady_name(i: u64) -> String {
+    format!("f{i:06}.dat")
+}
+
+/// The `i` of a steady_writer file name, if it is one.
+pub fn steady_index(name: &str) -> Option<u64> {
+    name.strip_prefix('f')?.strip_suffix(".dat")?.parse().ok()
+}
+
+/// The bytes of steady_writer's file `i`: 1–12 KiB, not block aligned.
+pub fn steady_file(i: u64) -> Vec<u8> {
+    let len = 1024 + (mix(i) % (11 * 1024)) as usize;
+    fill(len, |w| mix(i.wrapping_mul(0x1_0000_0001) ^ w))
+}
+
+/// The bytes durable_writer's operation `seq` writes.
+pub fn durable_record(seed: u64, seq: u64, len: usize) -> Vec<u8> {
+    let key = mix(seed ^ mix(seq));
+    fill(len, |w| mix(key.wrapping_add(w)))
+}
