@@ -1,14 +1,14 @@
-//! Builds the guest programs in `programs/` for WASI and writes their paths to
-//! `$OUT_DIR/guests.rs`, the way wasmtime's test-programs artifacts are built.
+//! The Rust guest programs in `programs/` (their own workspace), built for WASI.
 //!
 //! Programs whose name starts with `threads_` are built for `wasm32-wasip1-threads` (shared
 //! memory, `wasi::thread-spawn`, so `std::thread` works); all others for `wasm32-wasip1`.
 //! One cargo invocation per target, each naming its programs with `--bin`.
 
 use std::env;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use crate::{Ctx, Guest};
 
 const TARGET: &str = "wasm32-wasip1";
 const THREADS_TARGET: &str = "wasm32-wasip1-threads";
@@ -22,7 +22,7 @@ fn target_of(name: &str) -> &'static str {
     }
 }
 
-fn build(programs: &Path, target_dir: &Path, target: &str, names: &[&String]) {
+fn cargo_build(programs: &Path, target_dir: &Path, target: &str, names: &[&String]) {
     if names.is_empty() {
         return;
     }
@@ -53,15 +53,12 @@ fn build(programs: &Path, target_dir: &Path, target: &str, names: &[&String]) {
     }
 }
 
-fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
-    let programs = manifest_dir.join("programs");
-    println!("cargo:rerun-if-changed={}", programs.join("src").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        programs.join("Cargo.toml").display()
-    );
+/// Builds every program in `programs/src/bin` for WASI.
+pub fn build(ctx: &mut Ctx) {
+    let programs = ctx.manifest_dir.join("programs");
+    ctx.watch("programs/src");
+    ctx.watch("programs/Cargo.toml");
+    ctx.watch("programs/Cargo.lock");
 
     let mut names: Vec<String> = std::fs::read_dir(programs.join("src/bin"))
         .expect("programs/src/bin")
@@ -72,32 +69,22 @@ fn main() {
         .collect();
     names.sort();
 
-    let target_dir = out_dir.join("target");
+    let target_dir = ctx.out_dir.join("target");
     for target in [TARGET, THREADS_TARGET] {
         let these: Vec<&String> = names.iter().filter(|n| target_of(n) == target).collect();
-        build(&programs, &target_dir, target, &these);
+        cargo_build(&programs, &target_dir, target, &these);
     }
-
-    let mut generated = String::new();
-    let mut all =
-        String::from("/// Every guest: (name, path).\npub const ALL: &[(&str, &str)] = &[\n");
     for name in names {
         let target = target_of(&name);
         let wasm = target_dir
             .join(target)
             .join("release")
             .join(format!("{name}.wasm"));
-        assert!(wasm.exists(), "{} was not built", wasm.display());
-        let constant = name.to_uppercase().replace('-', "_");
-        writeln!(
-            generated,
-            "/// `programs/src/bin/{name}.rs` built for {target}.\npub const {constant}: &str = {:?};",
-            wasm.display().to_string()
-        )
-        .unwrap();
-        writeln!(all, "    ({name:?}, {constant}),").unwrap();
+        ctx.guests.push(Guest {
+            doc: format!("`programs/src/bin/{name}.rs` built for {target}."),
+            name,
+            wasm,
+            native: None,
+        });
     }
-    generated.push_str(&all);
-    generated.push_str("];\n");
-    std::fs::write(out_dir.join("guests.rs"), generated).unwrap();
 }
