@@ -7,7 +7,7 @@
 //! except for the differences listed in [`DIFFERENCES`], each with its reason; a listed
 //! difference that no longer shows up fails the test too, so the list stays true.
 
-mod stock;
+use valet_benches::stock;
 
 use std::process::{Command, Stdio};
 

@@ -1,6 +1,6 @@
-//! Stock wasmtime WASI (wasmtime-wasi's preview1, the same wasmtime release as valet-run)
-//! for differential tests: runs a wasm32-wasip1 command with plain host directories
-//! preopened and returns its exit code and output.
+//! Stock wasmtime WASI (wasmtime-wasi's preview1, the same wasmtime release as valet-run):
+//! what a user runs without Valet. Differential tests and the comparison report run guests
+//! with plain host directories preopened through it.
 
 use std::path::Path;
 
