@@ -61,7 +61,8 @@ struct RunArgs {
     #[command(flatten)]
     device: DeviceArgs,
 
-    /// Placement policy: a built-in (default, rocks, cachelib, fdp-dirs, learn) or a module.
+    /// Placement policy: a built-in (default, rocks, cachelib, fdp-dirs, learn, one-stream)
+    /// or a module.
     #[arg(long, default_value = "default", value_name = "FILE.wasm|NAME")]
     policy: String,
 
