@@ -18,6 +18,7 @@ pub mod hint_only;
 pub mod resolver;
 mod stats;
 mod store;
+pub mod workload;
 
 pub use error::{Error, Result};
 pub use hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest};
