@@ -1,5 +1,271 @@
-//! Placeholder until this toolchain's guests land.
+//! LevelDB 1.22 (C++) with our single-threaded port, our POSIX/WASI `Env` and our
+//! db_bench-compatible driver (`leveldb/`), built for wasm32-wasi and for the host.
+//!
+//! LevelDB's source comes from the `leveldb-sys` crate (pinned in Cargo.toml, never built
+//! itself), found with `cargo metadata`. Its files stay untouched: defining
+//! `LEVELDB_PLATFORM_CHROMIUM` makes `port/port.h` include `port/port_chromium.h`, which
+//! our include directory, first on the path, provides. Objects are cached in `OUT_DIR` and
+//! recompiled only when their source, our port header or the compiler flags change, so
+//! edits elsewhere in `guests/` do not cost a LevelDB rebuild.
 
-use crate::Ctx;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::SystemTime;
 
-pub fn build(_ctx: &mut Ctx) {}
+use crate::toolchain::{self, WasiClang};
+use crate::{Ctx, Guest};
+
+/// The LevelDB library sources (CMakeLists.txt's `leveldb` target, without the C API).
+const LEVELDB_SOURCES: &[&str] = &[
+    "db/builder.cc",
+    "db/db_impl.cc",
+    "db/db_iter.cc",
+    "db/dbformat.cc",
+    "db/dumpfile.cc",
+    "db/filename.cc",
+    "db/log_reader.cc",
+    "db/log_writer.cc",
+    "db/memtable.cc",
+    "db/repair.cc",
+    "db/table_cache.cc",
+    "db/version_edit.cc",
+    "db/version_set.cc",
+    "db/write_batch.cc",
+    "table/block.cc",
+    "table/block_builder.cc",
+    "table/filter_block.cc",
+    "table/format.cc",
+    "table/iterator.cc",
+    "table/merger.cc",
+    "table/table.cc",
+    "table/table_builder.cc",
+    "table/two_level_iterator.cc",
+    "util/arena.cc",
+    "util/bloom.cc",
+    "util/cache.cc",
+    "util/coding.cc",
+    "util/comparator.cc",
+    "util/crc32c.cc",
+    "util/env.cc",
+    "util/filter_policy.cc",
+    "util/hash.cc",
+    "util/logging.cc",
+    "util/options.cc",
+    "util/status.cc",
+];
+
+/// Ours, in `guests/leveldb/`.
+const OUR_SOURCES: &[&str] = &["valet_env.cc", "bench.cc"];
+const PORT_HEADER: &str = "leveldb/port/port_chromium.h";
+
+/// The crate that ships the source, and where in it LevelDB lives.
+const SOURCE_CRATE: &str = "leveldb-sys";
+const SOURCE_SUBDIR: &str = "deps/leveldb-1.22";
+
+/// Compilers running at once (the machine is small and shared).
+const JOBS: usize = 2;
+
+pub fn build(ctx: &mut Ctx) {
+    ctx.watch("leveldb");
+    let clang = match toolchain::wasi_clang(true) {
+        Ok(clang) => clang,
+        Err(reason) => return ctx.skip("leveldb", &reason),
+    };
+    let source = match leveldb_source(ctx) {
+        Ok(source) => source,
+        Err(reason) => return ctx.skip("leveldb", &reason),
+    };
+    let ours = ctx.manifest_dir.join("leveldb");
+    let common: Vec<String> = vec![
+        "-O2".into(),
+        "-DNDEBUG".into(),
+        "-DLEVELDB_PLATFORM_CHROMIUM=1".into(),
+        "-fno-rtti".into(),
+        format!("-I{}", ours.display()),
+        format!("-I{}", source.display()),
+        format!("-I{}", source.join("include").display()),
+    ];
+    let inputs: Vec<(PathBuf, bool)> = LEVELDB_SOURCES
+        .iter()
+        .map(|s| (source.join(s), false))
+        .chain(OUR_SOURCES.iter().map(|s| (ours.join(s), true)))
+        .collect();
+    let port_header = ctx.manifest_dir.join(PORT_HEADER);
+
+    let wasm = ctx.out_dir.join("leveldb.wasm");
+    let wasm_cxx = || {
+        let mut command = clang.cxx();
+        command.args(&common);
+        command
+    };
+    // LevelDB keeps blocks and keys on the stack: more than wasm-ld's default 64 KiB.
+    let wasm_link = ["-Wl,-z,stack-size=1048576"];
+    build_target(
+        &ctx.out_dir.join("leveldb-wasm"),
+        &inputs,
+        &port_header,
+        &wasm_cxx,
+        &wasm_link,
+        &wasm,
+    );
+
+    let native = ctx.out_dir.join("leveldb-native");
+    let native_cxx = || {
+        let mut command = native_compiler(&clang);
+        command
+            .args(["-std=c++17", "-fno-exceptions"])
+            .args(&common);
+        command
+    };
+    build_target(
+        &ctx.out_dir.join("leveldb-host"),
+        &inputs,
+        &port_header,
+        &native_cxx,
+        &[],
+        &native,
+    );
+
+    ctx.guests.push(Guest {
+        name: "leveldb".into(),
+        doc: "LevelDB 1.22 with a db_bench-compatible single-threaded driver \
+              (`--benchmarks=fillseq,... --num N --verify=1`)."
+            .into(),
+        wasm,
+        native: Some(native),
+    });
+}
+
+/// The host's C++ compiler: `$CXX`, or clang++ (found with the WASI toolchain).
+fn native_compiler(clang: &WasiClang) -> Command {
+    println!("cargo:rerun-if-env-changed=CXX");
+    Command::new(std::env::var("CXX").unwrap_or_else(|_| clang.cxx.to_string()))
+}
+
+/// The directory of LevelDB's source inside the registry's copy of leveldb-sys, cached in
+/// OUT_DIR so `cargo metadata` runs once per build directory.
+fn leveldb_source(ctx: &Ctx) -> Result<PathBuf, String> {
+    let cached = ctx.out_dir.join("leveldb-source-dir");
+    if let Ok(dir) = fs::read_to_string(&cached) {
+        let dir = PathBuf::from(dir);
+        if dir.join("include/leveldb/db.h").exists() {
+            return Ok(dir);
+        }
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--manifest-path"])
+        .arg(ctx.manifest_dir.join("Cargo.toml"))
+        .output()
+        .map_err(|e| format!("running cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // Every package's manifest path, without a JSON parser: the one whose directory holds
+    // LevelDB is ours.
+    let json = String::from_utf8_lossy(&out.stdout);
+    let dir = json
+        .split("\"manifest_path\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|manifest| Path::new(manifest).with_file_name(SOURCE_SUBDIR))
+        .find(|dir| {
+            dir.parent()
+                .and_then(Path::parent)
+                .and_then(Path::file_name)
+                .is_some_and(|name| name.to_string_lossy().starts_with(SOURCE_CRATE))
+                && dir.join("include/leveldb/db.h").exists()
+        })
+        .ok_or_else(|| format!("{SOURCE_CRATE}'s {SOURCE_SUBDIR} not found by cargo metadata"))?;
+    fs::write(&cached, dir.to_string_lossy().as_bytes()).unwrap();
+    Ok(dir)
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Compiles `inputs` into `obj_dir` (only what is out of date) and links `output`.
+/// `is_ours` inputs also get warnings.
+fn build_target(
+    obj_dir: &Path,
+    inputs: &[(PathBuf, bool)],
+    port_header: &Path,
+    cxx: &dyn Fn() -> Command,
+    link_flags: &[&str],
+    output: &Path,
+) {
+    fs::create_dir_all(obj_dir).unwrap();
+    // A change of flags or compiler invalidates every object.
+    let flags = format!("{:?} {link_flags:?}", cxx());
+    let stamp = obj_dir.join("flags");
+    if fs::read_to_string(&stamp).ok().as_deref() != Some(flags.as_str()) {
+        for entry in fs::read_dir(obj_dir).unwrap() {
+            fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        fs::write(&stamp, &flags).unwrap();
+    }
+    let header_time = mtime(port_header).expect("the port header exists");
+    let mut objects = Vec::new();
+    let mut stale = Vec::new();
+    for (src, ours) in inputs {
+        let stem = src.file_stem().unwrap().to_string_lossy();
+        let obj = obj_dir.join(format!("{stem}.o"));
+        let fresh =
+            mtime(&obj).is_some_and(|t| t >= header_time && mtime(src).is_some_and(|s| t >= s));
+        if !fresh {
+            let mut command = cxx();
+            if *ours {
+                command.args(["-Wall", "-Wextra"]);
+            } else {
+                // LevelDB's own code: not ours to warn about.
+                command.arg("-w");
+            }
+            command.arg("-c").arg(src).arg("-o").arg(&obj);
+            stale.push(command);
+        }
+        objects.push(obj);
+    }
+    let relink = !stale.is_empty()
+        || mtime(output).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
+    run_all(stale);
+    if relink {
+        let mut link = cxx();
+        link.args(link_flags).args(&objects).arg("-o").arg(output);
+        run_all(vec![link]);
+    }
+}
+
+/// Runs the commands, `JOBS` at a time; panics with a failing command's output.
+fn run_all(commands: Vec<Command>) {
+    let mut queue = commands.into_iter();
+    let mut running: Vec<(String, Child)> = Vec::new();
+    loop {
+        while running.len() < JOBS {
+            let Some(mut command) = queue.next() else {
+                break;
+            };
+            let what = format!("{command:?}");
+            let child = command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+            running.push((what, child));
+        }
+        if running.is_empty() {
+            return;
+        }
+        let (what, child) = running.remove(0);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what} failed:\n{stderr}");
+        for line in stderr.lines() {
+            println!("cargo:warning={line}");
+        }
+    }
+}
