@@ -16,7 +16,14 @@ mod tests {
     #[test]
     fn every_builtin_is_a_wasm_module() {
         let names: Vec<_> = super::BUILTIN.iter().map(|(n, _)| *n).collect();
-        for expected in ["cachelib", "default", "fdp-dirs", "learn", "one-stream", "rocks"] {
+        for expected in [
+            "cachelib",
+            "default",
+            "fdp-dirs",
+            "learn",
+            "one-stream",
+            "rocks",
+        ] {
             assert!(
                 names.contains(&expected),
                 "{expected} missing from {names:?}"
