@@ -177,6 +177,32 @@ fn navy_cache_evicts_persists_and_verifies_under_cachelib() {
         "large and small objects verified:\n{again}"
     );
     assert!(again.contains(&format!("verify: {} objects ok", verified[0])));
+
+    // The bucket file is the conventional area's only file (a host file): one flipped byte
+    // in a used bucket fails verification with exit code 2.
+    let files: Vec<_> = std::fs::read_dir(dev.join("conventional"))
+        .expect("conventional area")
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [bighash] = &files[..] else {
+        panic!("one conventional file expected: {files:?}")
+    };
+    let mut bytes = std::fs::read(bighash).unwrap();
+    assert_eq!(bytes.len(), 204 * 4096);
+    let used = (0..204)
+        .map(|b| b * 4096)
+        .find(|&at| bytes[at..at + 8] != [0; 8])
+        .expect("a used bucket");
+    bytes[used + 100] ^= 0x40;
+    std::fs::write(bighash, &bytes).unwrap();
+    let out = valet_run(&dev)
+        .args(["--policy", "cachelib", valet_guests::CACHE, "--"])
+        .args(&args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("verify failed"), "{stderr}");
 }
 
 #[test]
