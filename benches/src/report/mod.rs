@@ -1,0 +1,213 @@
+//! The comparison report: `report --scale small|full --out DIR` runs every bench guest under
+//! each configuration ([`runners`]), sweeps WAF against utilization and over-provisioning
+//! ([`sweeps`]), runs two guests as tenants of one device ([`tenants`]), and writes
+//! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
+
+pub mod markdown;
+pub mod parse;
+pub mod plots;
+pub mod runners;
+pub mod sweeps;
+pub mod tenants;
+pub mod workloads;
+mod write;
+pub mod zones;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use parse::Measurement;
+use runners::{Config, Outcome, Runner};
+use valet_vfs::Stats;
+use workloads::{Scale, Workload};
+
+/// What one configuration of one workload gave.
+pub struct RunData {
+    pub measurements: Vec<Measurement>,
+    pub stats: Option<Stats>,
+    pub wall: Duration,
+}
+
+/// One workload under every configuration: `None` where it does not apply.
+pub struct Row {
+    pub workload: Workload,
+    pub results: Vec<(Config, Result<RunData, String>)>,
+}
+
+impl Row {
+    pub fn get(&self, config: Config) -> Option<&RunData> {
+        self.results
+            .iter()
+            .find(|(c, _)| *c == config)
+            .and_then(|(_, r)| r.as_ref().ok())
+    }
+}
+
+/// Everything the report shows.
+pub struct Results {
+    pub scale: Scale,
+    pub rows: Vec<Row>,
+    /// Guests or runs left out, one line each.
+    pub skipped: Vec<String>,
+    pub waf: Result<Vec<sweeps::WafPoint>, String>,
+    pub cache_guest: Option<&'static str>,
+    pub cache: Vec<sweeps::CachePoint>,
+    pub tenants: Result<Vec<tenants::TenantResult>, String>,
+    /// (label, map) of the zone maps taken.
+    pub zone_maps: Vec<(String, zones::ZoneMap)>,
+    pub wall: Duration,
+}
+
+/// `report` with its command line (without the program name); returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some(runners::STOCK_SUBCOMMAND) {
+        return runners::stock_main(&args[1..]);
+    }
+    let mut scale = Scale::Small;
+    let mut out = PathBuf::from("bench-report");
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match (flag.as_str(), it.next()) {
+            ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s).unwrap(),
+            ("--out", Some(dir)) => out = PathBuf::from(dir),
+            _ => {
+                eprintln!("usage: report [--scale small|full] [--out DIR]");
+                return 2;
+            }
+        }
+    }
+    match run(scale, &out) {
+        Ok(()) => {
+            eprintln!("report: wrote {}", out.join("report.md").display());
+            0
+        }
+        Err(e) => {
+            eprintln!("report: {e}");
+            1
+        }
+    }
+}
+
+fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
+    let start = Instant::now();
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let work = out.join(".work");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let runner = Runner {
+        valet_run: runners::find_valet_run(&self_exe)?,
+        self_exe,
+        work: work.canonicalize().map_err(|e| e.to_string())?,
+        timeout: Duration::from_secs(scale.timeout_secs()),
+    };
+    let mut skipped = Vec::new();
+    let mut rows = Vec::new();
+    let mut zone_maps = Vec::new();
+    for w in workloads::all(scale) {
+        if valet_guests::wasm(w.guest).is_none() {
+            let why = valet_guests::SKIPPED
+                .iter()
+                .find(|(n, _)| *n == w.guest)
+                .map_or("not in this checkout", |(_, why)| *why);
+            skipped.push(format!(
+                "{}: guest `{}` not built ({why})",
+                w.label, w.guest
+            ));
+            continue;
+        }
+        let map_this =
+            zone_maps.is_empty() && workloads::ZONE_MAP_LABELS.contains(&w.label.as_str());
+        let mut results = Vec::new();
+        for config in Config::ALL {
+            eprintln!("report: {} under {}", w.label, config.short());
+            let outcome = runner.run(config, &w, scale.zones());
+            if map_this && matches!(config, Config::Placed | Config::OneStream) {
+                if let Some(map) = outcome.as_ref().ok().and_then(zone_map) {
+                    let label = format!("{} under {}", w.label, config.short());
+                    zone_maps.push((label, map));
+                }
+            }
+            results.push((config, outcome.and_then(into_data)));
+        }
+        rows.push(Row {
+            workload: w,
+            results,
+        });
+    }
+    eprintln!("report: WAF against utilization");
+    let waf = sweeps::waf_sweep(scale);
+    let cache_guest = ["cache", "cache_sim"]
+        .into_iter()
+        .find(|g| valet_guests::wasm(g).is_some());
+    let cache = cache_guest.map_or_else(Vec::new, |g| {
+        eprintln!("report: {g} against over-provisioning");
+        sweeps::cache_sweep(&runner, scale, g)
+    });
+    eprintln!("report: multi-tenant");
+    let tenants = tenant_pair(scale)
+        .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
+        .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+    let results = Results {
+        scale,
+        rows,
+        skipped,
+        waf,
+        cache_guest,
+        cache,
+        tenants,
+        zone_maps,
+        wall: start.elapsed(),
+    };
+    write::report(&results, out)?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// A finished run's measurements, or why it has none.
+fn into_data(out: Outcome) -> Result<RunData, String> {
+    let measurements = parse::parse(&out.stdout);
+    if out.code != 0 {
+        return Err(out.why());
+    }
+    if measurements.is_empty() {
+        return Err("no workload lines in its output".into());
+    }
+    Ok(RunData {
+        measurements,
+        stats: out.stats,
+        wall: out.wall,
+    })
+}
+
+fn zone_map(out: &Outcome) -> Option<zones::ZoneMap> {
+    let device = out.device.as_ref()?;
+    zones::read(device)
+        .map_err(|e| eprintln!("report: zone map of {}: {e}", device.display()))
+        .ok()
+}
+
+/// The LSM guest (rocks) and the cache guest (cachelib) of the multi-tenant run.
+fn tenant_pair(scale: Scale) -> Option<Vec<(&'static str, Workload)>> {
+    let all = workloads::all(scale);
+    let first_built = |guests: &[&str]| {
+        guests.iter().find_map(|g| {
+            valet_guests::wasm(g)?;
+            all.iter().find(|w| w.guest == *g && !w.sync).cloned()
+        })
+    };
+    let db = first_built(workloads::TENANT_DB)?;
+    let cache = first_built(workloads::TENANT_CACHE).or_else(|| {
+        let sim = "cache_sim";
+        valet_guests::wasm(sim)?;
+        Some(Workload {
+            guest: sim,
+            label: sim.into(),
+            policy: "cachelib",
+            args: ["--dir", "{data}/cache", "--ops", "20000"]
+                .map(String::from)
+                .to_vec(),
+            sync: false,
+        })
+    })?;
+    Some(vec![("db", db), ("cache", cache)])
+}

@@ -1,0 +1,271 @@
+//! Running one guest under each configuration the report compares, each run in its own
+//! process on fresh data: (a) `valet-run` with the matching policy, (b) `valet-run` with
+//! `one-stream`, (c) stock wasmtime WASI over a host directory (this executable re-run
+//! with [`STOCK_SUBCOMMAND`]), (d) the guest compiled natively on a host directory.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+use valet_vfs::Stats;
+
+use super::workloads::{Workload, ZONE_MIB};
+
+/// The hidden subcommand that runs one guest under stock WASI: `__stock WASM HOST_DIR ARGS`.
+pub const STOCK_SUBCOMMAND: &str = "__stock";
+
+/// Where the guest sees its data under (a), (b) and (c).
+pub const MOUNT: &str = "/data";
+
+/// One of the compared configurations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Config {
+    /// (a) valet-run, store, the workload's matching policy.
+    Placed,
+    /// (b) valet-run, store, every file in one stream.
+    OneStream,
+    /// (c) stock wasmtime WASI over a host directory.
+    Stock,
+    /// (d) the guest compiled for the host, on a host directory.
+    Native,
+}
+
+impl Config {
+    pub const ALL: [Config; 4] = [
+        Config::Placed,
+        Config::OneStream,
+        Config::Stock,
+        Config::Native,
+    ];
+
+    /// Column header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Config::Placed => "(a) valet + policy",
+            Config::OneStream => "(b) valet + one stream",
+            Config::Stock => "(c) stock wasmtime",
+            Config::Native => "(d) native",
+        }
+    }
+
+    /// Short name for plot legends.
+    pub fn short(self) -> &'static str {
+        match self {
+            Config::Placed => "valet+policy",
+            Config::OneStream => "valet one-stream",
+            Config::Stock => "stock wasmtime",
+            Config::Native => "native",
+        }
+    }
+}
+
+/// How one run ended. Its data directory lives as long as this value.
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub wall: Duration,
+    /// The store's accounting (valet-run only).
+    pub stats: Option<Stats>,
+    /// The store's device directory (valet-run only).
+    pub device: Option<PathBuf>,
+    _dir: TempDir,
+}
+
+impl Outcome {
+    /// The run's last stderr line, for a failure note.
+    pub fn why(&self) -> String {
+        let last = self.stderr.lines().rev().find(|l| !l.trim().is_empty());
+        format!("exit {}: {}", self.code, last.unwrap_or("no message"))
+    }
+}
+
+/// What every run needs: the binaries and a scratch directory on the disk under test.
+pub struct Runner {
+    pub valet_run: PathBuf,
+    pub self_exe: PathBuf,
+    pub work: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Runner {
+    /// Runs `workload` under `config`; `Err` when the configuration does not apply (no
+    /// native build) or the run could not start.
+    pub fn run(&self, config: Config, w: &Workload, zones: u32) -> Result<Outcome, String> {
+        let wasm = valet_guests::wasm(w.guest).ok_or("guest not built")?;
+        match config {
+            Config::Placed | Config::OneStream => {
+                let policy = if config == Config::Placed {
+                    w.policy
+                } else {
+                    "one-stream"
+                };
+                self.guest(wasm, policy, w.args_for(MOUNT), zones)
+            }
+            Config::Stock => {
+                let dir = self.scratch()?;
+                let mut cmd = Command::new(&self.self_exe);
+                cmd.arg(STOCK_SUBCOMMAND)
+                    .arg(wasm)
+                    .arg(dir.path().join("data"))
+                    .args(w.args_for(MOUNT));
+                std::fs::create_dir(dir.path().join("data")).map_err(|e| e.to_string())?;
+                self.spawn(cmd, dir, None)
+            }
+            Config::Native => {
+                let exe = valet_guests::native(w.guest).ok_or("no native build")?;
+                let dir = self.scratch()?;
+                let data = dir.path().join("data");
+                std::fs::create_dir(&data).map_err(|e| e.to_string())?;
+                let mut cmd = Command::new(exe);
+                cmd.args(w.args_for(&data.to_string_lossy()))
+                    .current_dir(&data);
+                self.spawn(cmd, dir, None)
+            }
+        }
+    }
+
+    /// Runs guest `wasm` with `args` under `valet-run --policy policy`.
+    pub fn guest(
+        &self,
+        wasm: &str,
+        policy: &str,
+        args: Vec<String>,
+        zones: u32,
+    ) -> Result<Outcome, String> {
+        let mut all = vec!["--policy".to_string(), policy.to_string(), wasm.into()];
+        all.push("--".into());
+        all.extend(args);
+        self.valet(&all, zones)
+    }
+
+    /// Runs `valet-run` with `args` on a fresh device of `zones` zones, with stats.
+    pub fn valet(&self, args: &[String], zones: u32) -> Result<Outcome, String> {
+        let dir = self.scratch()?;
+        let device = dir.path().join("device");
+        let mut cmd = Command::new(&self.valet_run);
+        cmd.arg("--device")
+            .arg(&device)
+            .args(["--zone-size", &ZONE_MIB.to_string()])
+            .args(["--zones", &zones.to_string()])
+            .arg("--stats-json")
+            .arg(dir.path().join("stats.json"))
+            .args(args);
+        self.spawn(cmd, dir, Some(device))
+    }
+
+    fn scratch(&self) -> Result<TempDir, String> {
+        tempfile::Builder::new()
+            .prefix("run-")
+            .tempdir_in(&self.work)
+            .map_err(|e| format!("scratch directory in {}: {e}", self.work.display()))
+    }
+
+    /// Runs `cmd` with its output in files of `dir`, killing it after the timeout.
+    fn spawn(
+        &self,
+        mut cmd: Command,
+        dir: TempDir,
+        device: Option<PathBuf>,
+    ) -> Result<Outcome, String> {
+        let out_path = dir.path().join("stdout");
+        let err_path = dir.path().join("stderr");
+        let file = |p: &Path| File::create(p).map_err(|e| e.to_string());
+        cmd.stdin(Stdio::null())
+            .stdout(file(&out_path)?)
+            .stderr(file(&err_path)?);
+        let start = Instant::now();
+        let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break Some(status);
+            }
+            if start.elapsed() > self.timeout {
+                // Our own child, by its id.
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let wall = start.elapsed();
+        let read =
+            |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+        let mut stderr = read(&err_path);
+        let code = match status {
+            Some(s) => s.code().unwrap_or(-1),
+            None => {
+                stderr.push_str(&format!("killed after {} s\n", self.timeout.as_secs()));
+                -1
+            }
+        };
+        let stats = std::fs::read_to_string(dir.path().join("stats.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        Ok(Outcome {
+            code,
+            stdout: read(&out_path),
+            stderr,
+            wall,
+            stats,
+            device,
+            _dir: dir,
+        })
+    }
+}
+
+/// `valet-run` next to this executable; built with cargo when it is missing or predates
+/// the `one-stream` policy.
+pub fn find_valet_run(self_exe: &Path) -> Result<PathBuf, String> {
+    let path = self_exe.with_file_name("valet-run");
+    let usable = |p: &Path| {
+        Command::new(p)
+            .args(["policy", "check", "one-stream"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if usable(&path) {
+        return Ok(path);
+    }
+    eprintln!(
+        "report: building valet-run (cargo build --release -p valet-runtime --bin valet-run)"
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "valet-runtime",
+            "--bin",
+            "valet-run",
+        ])
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !status.success() || !usable(&path) {
+        return Err(format!("no usable valet-run at {}", path.display()));
+    }
+    Ok(path)
+}
+
+/// The hidden subcommand: runs `wasm` under stock WASI with `host_dir` at [`MOUNT`], prints
+/// its output and returns its exit code.
+pub fn stock_main(args: &[String]) -> i32 {
+    let [wasm, host_dir, rest @ ..] = args else {
+        eprintln!("usage: report {STOCK_SUBCOMMAND} WASM HOST_DIR [ARGS...]");
+        return 2;
+    };
+    let name = Path::new(wasm)
+        .file_stem()
+        .map_or("guest".into(), |s| s.to_string_lossy().into_owned());
+    let mut argv: Vec<&str> = vec![&name];
+    argv.extend(rest.iter().map(String::as_str));
+    let out = crate::stock::run(wasm, &argv, &[(Path::new(host_dir), MOUNT)]);
+    print!("{}", out.stdout);
+    eprint!("{}", out.stderr);
+    out.code
+}

@@ -1,0 +1,504 @@
+//! Turning [`Results`] into `report.md` and its SVG figures.
+
+use std::path::Path;
+
+use super::markdown::{mib, num, ratio, verdict, Doc, Table};
+use super::parse::Measurement;
+use super::plots::{self, Bars, Line};
+use super::runners::Config;
+use super::sweeps::{CACHE_OPS, FTL_OPS};
+use super::{Results, Row};
+
+/// The multi-tenant target: p99.99 together at most this many times alone.
+const TENANT_P9999: f64 = 1.3;
+
+/// Writes `out/report.md` and the figures it links.
+pub fn report(r: &Results, out: &Path) -> Result<(), String> {
+    let mut doc = Doc::default();
+    let mut figures: Vec<(String, String)> = Vec::new();
+    doc.heading(1, "Valet comparison report");
+    doc.paragraph(&format!(
+        "Scale `{}`, one run per cell, {} s in all, on a machine with {} cores. Made by \
+         `cargo run --release -p valet-benches --bin report -- --scale {} --out DIR`. \
+         Rates and percentiles are the guests' own; (a) and (b) run under `valet-run` on a \
+         fresh image of 16 MiB zones, (c) under stock wasmtime-wasi and (d) natively, both \
+         on a host directory of the same disk.",
+        r.scale.name(),
+        r.wall.as_secs(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        r.scale.name()
+    ));
+    guests(r, &mut doc);
+    throughput(r, &mut doc, &mut figures);
+    latency(r, &mut doc, &mut figures);
+    device(r, &mut doc);
+    waf_sweep(r, &mut doc, &mut figures);
+    cache_sweep(r, &mut doc, &mut figures);
+    tenants(r, &mut doc);
+    zone_maps(r, &mut doc, &mut figures);
+    for (file, svg) in &figures {
+        std::fs::write(out.join(file), svg).map_err(|e| format!("{file}: {e}"))?;
+    }
+    std::fs::write(out.join("report.md"), doc.render()).map_err(|e| e.to_string())
+}
+
+fn guests(r: &Results, doc: &mut Doc) {
+    doc.heading(2, "Guests");
+    let mut lines: Vec<String> = r
+        .rows
+        .iter()
+        .map(|row| {
+            let failed: Vec<String> = row
+                .results
+                .iter()
+                .filter_map(|(c, res)| res.as_ref().err().map(|e| format!("{}: {e}", c.short())))
+                .collect();
+            if failed.is_empty() {
+                format!("{}: included", row.workload.label)
+            } else {
+                format!(
+                    "{}: included; no result for {}",
+                    row.workload.label,
+                    failed.join("; ")
+                )
+            }
+        })
+        .collect();
+    lines.extend(r.skipped.iter().map(|s| format!("{s}: skipped")));
+    doc.list(&lines);
+}
+
+/// Every (row, workload name) in the order printed.
+fn workload_names(row: &Row) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for (_, res) in &row.results {
+        for m in res.iter().flat_map(|d| &d.measurements) {
+            if !names.contains(&m.name.as_str()) {
+                names.push(&m.name);
+            }
+        }
+    }
+    names
+}
+
+fn measurement<'a>(row: &'a Row, config: Config, name: &str) -> Option<&'a Measurement> {
+    row.get(config)?
+        .measurements
+        .iter()
+        .find(|m| m.name == name)
+}
+
+/// The target of one workload line and whether (a) meets it.
+fn target(
+    row: &Row,
+    name: &str,
+    a: f64,
+    stock: Option<f64>,
+    native: Option<f64>,
+) -> (String, Option<bool>) {
+    let vs_stock = stock.map(|s| a / s);
+    if row.workload.sync && (name.starts_with("fill") || name == "overwrite") {
+        return ("≥ 1.4× stock".into(), vs_stock.map(|v| v >= 1.4));
+    }
+    // Time ratio against native: native ops/s over ours.
+    let vs_native = native.map(|n| n / a);
+    let met = match (vs_stock, vs_native) {
+        (None, None) => None,
+        (s, n) => Some(s.is_none_or(|s| s >= 1.0) && n.is_none_or(|n| n <= 1.3)),
+    };
+    ("≥ 1.0× stock, ≤ 1.3× native time".into(), met)
+}
+
+fn throughput(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
+    doc.heading(2, "Throughput (ops/s)");
+    let mut headers: Vec<&str> = vec!["guest", "workload"];
+    headers.extend(Config::ALL.map(Config::label));
+    headers.extend(["(a)/(c)", "(a) time / (d) time", "target", "verdict"]);
+    let mut t = Table::new(&headers);
+    let mut categories = Vec::new();
+    let mut series: Vec<Bars> = Config::ALL
+        .iter()
+        .map(|c| Bars {
+            name: c.short().into(),
+            values: Vec::new(),
+        })
+        .collect();
+    for row in &r.rows {
+        for name in workload_names(row) {
+            let ops = Config::ALL.map(|c| measurement(row, c, name).map(Measurement::ops_per_sec));
+            let mut cells = vec![row.workload.label.clone(), name.to_string()];
+            cells.extend(ops.iter().map(|v| num(*v)));
+            let [a, _, stock, native] = ops;
+            if let Some(a) = a.filter(|a| *a > 0.0) {
+                let (goal, met) = target(row, name, a, stock, native);
+                cells.push(ratio(stock.map(|s| a / s)));
+                cells.push(ratio(native.map(|n| n / a)));
+                cells.push(goal);
+                cells.push(verdict(met).into());
+            }
+            t.row(cells);
+            categories.push(format!("{} {name}", row.workload.label));
+            for (s, v) in series.iter_mut().zip(ops) {
+                s.values.push(v);
+            }
+        }
+    }
+    if t.is_empty() {
+        doc.paragraph("No guest gave workload lines.");
+        return;
+    }
+    doc.table(&t);
+    let svg = plots::bars(
+        "Throughput per workload and configuration",
+        "ops/s (log)",
+        &categories,
+        &series,
+        true,
+    );
+    figures.push(("ops.svg".into(), svg));
+    doc.figure("ops/s per workload and configuration", "ops.svg");
+}
+
+fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
+    doc.heading(2, "Latency percentiles (µs)");
+    let mut t = Table::new(&[
+        "guest",
+        "workload",
+        "configuration",
+        "P50",
+        "P99",
+        "P99.9",
+        "P99.99",
+    ]);
+    let mut categories = Vec::new();
+    let mut series: Vec<Bars> = Config::ALL
+        .iter()
+        .map(|c| Bars {
+            name: c.short().into(),
+            values: Vec::new(),
+        })
+        .collect();
+    for row in &r.rows {
+        for name in workload_names(row) {
+            let mut any = false;
+            for (i, c) in Config::ALL.iter().enumerate() {
+                let p = measurement(row, *c, name).and_then(|m| m.percentiles);
+                series[i].values.push(p.map(|p| p.p99));
+                let Some(p) = p else { continue };
+                any = true;
+                t.row(vec![
+                    row.workload.label.clone(),
+                    name.to_string(),
+                    c.short().into(),
+                    num(Some(p.p50)),
+                    num(Some(p.p99)),
+                    num(Some(p.p999)),
+                    num(Some(p.p9999)),
+                ]);
+            }
+            if any {
+                categories.push(format!("{} {name}", row.workload.label));
+            } else {
+                series.iter_mut().for_each(|s| {
+                    s.values.pop();
+                });
+            }
+        }
+    }
+    if t.is_empty() {
+        doc.paragraph("No guest printed percentiles (`lsm_sim` does not).");
+        return;
+    }
+    doc.table(&t);
+    let svg = plots::bars(
+        "P99 latency per workload and configuration",
+        "µs (log)",
+        &categories,
+        &series,
+        true,
+    );
+    figures.push(("latency_p99.svg".into(), svg));
+    doc.figure(
+        "P99 latency per workload and configuration",
+        "latency_p99.svg",
+    );
+}
+
+fn device(r: &Results, doc: &mut Doc) {
+    doc.heading(2, "Device writes of the store runs");
+    let mut t = Table::new(&[
+        "guest",
+        "configuration",
+        "host MiB",
+        "device MiB",
+        "WAF",
+        "GC MiB moved",
+        "zones used",
+        "wall s",
+    ]);
+    for row in &r.rows {
+        for c in [Config::Placed, Config::OneStream] {
+            let Some(data) = row.get(c) else { continue };
+            let Some(s) = &data.stats else { continue };
+            t.row(vec![
+                row.workload.label.clone(),
+                format!(
+                    "{} ({})",
+                    c.short(),
+                    if c == Config::Placed {
+                        row.workload.policy
+                    } else {
+                        "one-stream"
+                    }
+                ),
+                mib(s.host_bytes),
+                mib(s.device_bytes),
+                format!("{:.3}", s.waf),
+                mib(s.gc_bytes_moved),
+                (s.zones - s.free_zones).to_string(),
+                format!("{:.1}", data.wall.as_secs_f64()),
+            ]);
+        }
+    }
+    if t.is_empty() {
+        doc.paragraph("No store run wrote stats.");
+    } else {
+        doc.paragraph(
+            "These devices are far larger than the data, so GC rarely runs: the WAF targets \
+             are measured at a fixed utilization in the next section.",
+        );
+        doc.table(&t);
+    }
+}
+
+fn waf_sweep(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
+    doc.heading(2, "WAF and GC bytes moved against device utilization");
+    let points = match &r.waf {
+        Ok(p) => p,
+        Err(e) => {
+            doc.paragraph(&format!("The sweep failed: {e}"));
+            return;
+        }
+    };
+    doc.paragraph(&format!(
+        "The LSM-shaped trace of `valet_vfs::workload` (the `waf` example: WAL appended in \
+         4,000-byte records, tables written once, FIFO compaction) on the store with WAL and \
+         tables in separate streams (what `rocks` does) and in one stream, and laid out as a \
+         conventional filesystem would on the SSD model at {:.0} % and {:.0} % OP.",
+        FTL_OPS[0] * 100.0,
+        FTL_OPS[1] * 100.0
+    ));
+    let mut t = Table::new(&[
+        "utilization",
+        "store WAF, streams apart",
+        "store WAF, one stream",
+        "GC GB moved, apart",
+        "GC GB moved, one stream",
+        &format!("SSD WAF {:.0} % OP", FTL_OPS[0] * 100.0),
+        &format!("SSD WAF {:.0} % OP", FTL_OPS[1] * 100.0),
+    ]);
+    let gb = |b: u64| format!("{:.3}", b as f64 / 1e9);
+    for p in points {
+        t.row(vec![
+            format!("{:.2}", p.apart.utilization),
+            format!("{:.4}", p.apart.waf),
+            format!("{:.4}", p.mixed.waf),
+            gb(p.apart.gc_bytes_moved),
+            gb(p.mixed.gc_bytes_moved),
+            format!("{:.3}", p.apart.ftl_waf),
+            format!("{:.3}", p.mixed.ftl_waf),
+        ]);
+    }
+    doc.table(&t);
+    let util = |p: &super::sweeps::WafPoint| p.apart.utilization;
+    let line = |name: &str, dashed: bool, f: &dyn Fn(&super::sweeps::WafPoint) -> f64| Line {
+        name: name.into(),
+        points: points.iter().map(|p| (util(p), f(p))).collect(),
+        dashed,
+    };
+    let waf = plots::lines(
+        "WAF against device utilization",
+        "peak live data / device capacity",
+        "WAF",
+        &[
+            line("store, streams apart", false, &|p| p.apart.waf),
+            line("store, one stream", false, &|p| p.mixed.waf),
+            line("SSD 7 % OP", true, &|p| p.apart.ftl_waf),
+            line("SSD 28 % OP", true, &|p| p.mixed.ftl_waf),
+        ],
+    );
+    let gc = plots::lines(
+        "GC bytes moved against device utilization",
+        "peak live data / device capacity",
+        "GB moved",
+        &[
+            line("store, streams apart", false, &|p| {
+                p.apart.gc_bytes_moved as f64 / 1e9
+            }),
+            line("store, one stream", false, &|p| {
+                p.mixed.gc_bytes_moved as f64 / 1e9
+            }),
+            line("SSD 7 % OP", true, &|p| {
+                p.apart.ftl_gc_bytes_moved as f64 / 1e9
+            }),
+            line("SSD 28 % OP", true, &|p| {
+                p.mixed.ftl_gc_bytes_moved as f64 / 1e9
+            }),
+        ],
+    );
+    figures.push(("waf_utilization.svg".into(), waf));
+    figures.push(("gc_utilization.svg".into(), gc));
+    doc.figure("WAF against utilization", "waf_utilization.svg");
+    doc.figure("GC bytes moved against utilization", "gc_utilization.svg");
+    // The target: at the point nearest 80 %, WAF ≤ 1.05 and GC moved at most half of one stream's.
+    if let Some(p) = points
+        .iter()
+        .min_by(|a, b| (a.target - 0.8).abs().total_cmp(&(b.target - 0.8).abs()))
+    {
+        let halved = p.apart.gc_bytes_moved * 2 <= p.mixed.gc_bytes_moved;
+        doc.paragraph(&format!(
+            "Target at {:.0} % utilization: WAF ≤ 1.05 ({:.4}: {}) and GC bytes moved at least \
+             halved against one stream ({} against {} bytes: {}).",
+            p.apart.utilization * 100.0,
+            p.apart.waf,
+            verdict(Some(p.apart.waf <= 1.05)),
+            p.apart.gc_bytes_moved,
+            p.mixed.gc_bytes_moved,
+            verdict(Some(halved && p.mixed.gc_bytes_moved > 0)),
+        ));
+    }
+}
+
+fn cache_sweep(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
+    doc.heading(2, "Cache: WAF and hit ratio against over-provisioning");
+    let Some(guest) = r.cache_guest else {
+        doc.paragraph("Skipped: no cache guest was built.");
+        return;
+    };
+    doc.paragraph(&format!(
+        "`{guest}` under `valet-run --policy cachelib`, its flash sized to leave each \
+         over-provisioning of the device's data capacity free (as in the ZNS cache paper's \
+         Table 1). Targets: WAF ≤ 1.2, 1.1 and 1.05 at 10, 15 and 20 % OP."
+    ));
+    let goals = [1.2, 1.1, 1.05];
+    let mut t = Table::new(&[
+        "OP",
+        "flash MiB",
+        "WAF",
+        "GC MiB moved",
+        "hit ratio",
+        "target",
+        "verdict",
+    ]);
+    for (p, goal) in r.cache.iter().zip(goals) {
+        t.row(vec![
+            format!("{:.0} %", p.op * 100.0),
+            p.flash_mib.to_string(),
+            p.waf.map_or_else(
+                || p.failure.clone().unwrap_or("-".into()),
+                |w| format!("{w:.4}"),
+            ),
+            p.gc_bytes_moved.map_or("-".into(), mib),
+            num(p.hit_ratio),
+            format!("≤ {goal}"),
+            verdict(p.waf.map(|w| w <= goal)).into(),
+        ]);
+    }
+    doc.table(&t);
+    let pts = |f: &dyn Fn(&super::sweeps::CachePoint) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.cache
+            .iter()
+            .filter_map(|p| Some((p.op * 100.0, f(p)?)))
+            .collect()
+    };
+    let svg = plots::lines(
+        "Cache guest against over-provisioning",
+        "over-provisioning (%)",
+        "WAF / hit ratio",
+        &[
+            Line {
+                name: "WAF".into(),
+                points: pts(&|p| p.waf),
+                dashed: false,
+            },
+            Line {
+                name: "hit ratio".into(),
+                points: pts(&|p| p.hit_ratio),
+                dashed: false,
+            },
+            Line {
+                name: "WAF target".into(),
+                points: CACHE_OPS
+                    .iter()
+                    .zip(goals)
+                    .map(|(o, g)| (o * 100.0, g))
+                    .collect(),
+                dashed: true,
+            },
+        ],
+    );
+    figures.push(("cache_op.svg".into(), svg));
+    doc.figure("cache WAF and hit ratio against OP", "cache_op.svg");
+}
+
+fn tenants(r: &Results, doc: &mut Doc) {
+    doc.heading(2, "Multi-tenant: LSM and cache guests on one device");
+    let results = match &r.tenants {
+        Ok(t) => t,
+        Err(e) => {
+            doc.paragraph(&format!("Skipped: {e}"));
+            return;
+        }
+    };
+    doc.paragraph(&format!(
+        "Both guests as tenants of one `valet-run --tenants` process on one device, against \
+         each alone (a one-tenant file on the same geometry). Target: P99.99 together ≤ \
+         {TENANT_P9999}× alone. Tenants' stdout interleaves line by line, so a percentile \
+         line could in principle be credited to the other tenant's workload line."
+    ));
+    let mut t = Table::new(&[
+        "tenant",
+        "workload",
+        "ops/s alone",
+        "ops/s together",
+        "P99.99 alone",
+        "P99.99 together",
+        "P99.99 ratio",
+        "verdict",
+    ]);
+    for tr in results {
+        for alone in &tr.alone {
+            let together = tr.together.iter().find(|m| m.name == alone.name);
+            let p = |m: Option<&Measurement>| m.and_then(|m| m.percentiles).map(|p| p.p9999);
+            let (pa, pt) = (p(Some(alone)), p(together));
+            let rel = pa.zip(pt).map(|(a, t)| t / a);
+            t.row(vec![
+                format!("{} ({})", tr.tenant, tr.guest),
+                alone.name.clone(),
+                num(Some(alone.ops_per_sec())),
+                num(together.map(Measurement::ops_per_sec)),
+                num(pa),
+                num(pt),
+                ratio(rel),
+                verdict(rel.map(|x| x <= TENANT_P9999)).into(),
+            ]);
+        }
+    }
+    doc.table(&t);
+}
+
+fn zone_maps(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
+    doc.heading(2, "Zone maps");
+    if r.zone_maps.is_empty() {
+        doc.paragraph("None taken (no LSM guest ran under valet-run).");
+        return;
+    }
+    for (i, (label, map)) in r.zone_maps.iter().enumerate() {
+        let file = format!("zones_{i}.svg");
+        figures.push((
+            file.clone(),
+            plots::zone_grid(&format!("Zones after {label}"), map),
+        ));
+        doc.figure(&format!("zones after {label}"), &file);
+    }
+}
