@@ -121,9 +121,9 @@ fn pwrite(f: &File, buf: &[u8], mut at: u64) -> Res<()> {
 
 /// The checksum a bucket header carries: over everything after the checksum field.
 fn bucket_sum(b: &[u8]) -> u32 {
-    let h = b[4..]
-        .chunks(8)
-        .fold(0x6275_636b_6574u64, |h, c| mix(h ^ u64_at(c, 0)));
+    let h = b[BUCKET_HDR..]
+        .chunks_exact(8)
+        .fold(mix(u32_at(b, 4) as u64), |h, c| mix(h ^ u64_at(c, 0)));
     (h ^ (h >> 32)) as u32
 }
 
@@ -142,7 +142,11 @@ fn bucket_entries(b: &[u8], which: u64) -> Vec<(usize, u64, u64, usize)> {
         if at + ENTRY_HDR > BUCKET {
             corrupt(format!("bucket {which}: entries overrun the bucket"));
         }
-        let (key, version, len) = (u64_at(b, at), u64_at(b, at + 8), u32_at(b, at + 16) as usize);
+        let (key, version, len) = (
+            u64_at(b, at),
+            u64_at(b, at + 8),
+            u32_at(b, at + 16) as usize,
+        );
         if at + ENTRY_HDR + len > BUCKET {
             corrupt(format!("bucket {which}: object {key} overruns the bucket"));
         }
@@ -215,7 +219,8 @@ impl Cache {
     /// `geo`, else empty.
     fn open(dir: &str, geo: Geometry, sync: bool) -> Res<Cache> {
         for sub in ["small", "large"] {
-            fs::create_dir_all(format!("{dir}/{sub}")).map_err(|e| format!("mkdir {dir}/{sub}: {e}"))?;
+            fs::create_dir_all(format!("{dir}/{sub}"))
+                .map_err(|e| format!("mkdir {dir}/{sub}: {e}"))?;
         }
         let bighash = open_rw(&format!("{dir}/small/bighash.dat"), true)?;
         let mut cache = Cache {
@@ -260,7 +265,9 @@ impl Cache {
         for entry in fs::read_dir(&large).map_err(|e| format!("readdir {large}: {e}"))? {
             let entry = entry.map_err(|e| format!("readdir {large}: {e}"))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let id = name.strip_prefix("region-").and_then(|n| n.parse::<u64>().ok());
+            let id = name
+                .strip_prefix("region-")
+                .and_then(|n| n.parse::<u64>().ok());
             if !id.is_some_and(|id| cache.regions.iter().any(|r| r.id == id)) {
                 let path = format!("{large}/{name}");
                 fs::remove_file(&path).map_err(|e| format!("remove {path}: {e}"))?;
@@ -269,7 +276,10 @@ impl Cache {
         let bucket_file_bytes = geo.buckets * BUCKET as u64;
         if !loaded {
             // A fresh cache: every bucket empty.
-            cache.bighash.set_len(0).map_err(|e| format!("truncate bighash: {e}"))?;
+            cache
+                .bighash
+                .set_len(0)
+                .map_err(|e| format!("truncate bighash: {e}"))?;
         }
         cache
             .bighash
@@ -293,8 +303,11 @@ impl Cache {
             if w.next() != Some(what) {
                 return Err(format!("expected {what}"));
             }
-            w.map(|x| x.parse::<u64>().map_err(|_| format!("bad number {x} in {what}")))
-                .collect()
+            w.map(|x| {
+                x.parse::<u64>()
+                    .map_err(|_| format!("bad number {x} in {what}"))
+            })
+            .collect()
         };
         let head = words(INDEX_MAGIC)?;
         let [buckets, region_bytes, region_budget, next_region, next_version, objects] = head[..]
@@ -307,7 +320,10 @@ impl Cache {
             region_budget,
         };
         if saved != self.geo {
-            return Err(format!("saved geometry {saved:?} differs from {:?}", self.geo));
+            return Err(format!(
+                "saved geometry {saved:?} differs from {:?}",
+                self.geo
+            ));
         }
         self.next_region = next_region;
         self.next_version = next_version;
@@ -324,7 +340,12 @@ impl Cache {
                 keys: Vec::new(),
             });
         }
-        if self.regions.iter().zip(self.regions.iter().skip(1)).any(|(a, b)| b.id != a.id + 1) {
+        if self
+            .regions
+            .iter()
+            .zip(self.regions.iter().skip(1))
+            .any(|(a, b)| b.id != a.id + 1)
+        {
             return Err("region ids are not consecutive".into());
         }
         for _ in 0..objects {
@@ -341,12 +362,15 @@ impl Cache {
             }
             r.keys.push(key);
             let len = len as usize;
-            self.index.insert(key, Loc {
-                region,
-                offset,
-                len,
-                version,
-            });
+            self.index.insert(
+                key,
+                Loc {
+                    region,
+                    offset,
+                    len,
+                    version,
+                },
+            );
         }
         let sum = words("end")?;
         if sum != [self.index_sum()] {
@@ -370,7 +394,7 @@ impl Cache {
     }
 
     fn bucket_of(&self, key: u64) -> u64 {
-        mix(key ^ 0x6269_6768_6173_68) % self.geo.buckets
+        mix(key ^ 0x0062_6967_6861_7368) % self.geo.buckets
     }
 
     fn read_bucket(&mut self, b: u64) -> Res<()> {
@@ -381,7 +405,9 @@ impl Cache {
         pwrite(&self.bighash, buf, b * BUCKET as u64)?;
         self.bucket_bytes_written += BUCKET as u64;
         if self.sync {
-            self.bighash.sync_data().map_err(|e| format!("sync bighash: {e}"))?;
+            self.bighash
+                .sync_data()
+                .map_err(|e| format!("sync bighash: {e}"))?;
         }
         Ok(())
     }
@@ -431,7 +457,9 @@ impl Cache {
 
     /// Reads and checks large object `key`.
     fn read_large(&mut self, key: u64, loc: Loc) -> Res<()> {
-        let r = self.region(loc.region).ok_or(format!("object {key}: region gone"))?;
+        let r = self
+            .region(loc.region)
+            .ok_or(format!("object {key}: region gone"))?;
         let r = &self.regions[r];
         let b = &mut self.item_buf;
         b.resize(ITEM_HDR + loc.len, 0);
@@ -455,7 +483,9 @@ impl Cache {
         if small {
             let b = self.bucket_of(key);
             self.read_bucket(b)?;
-            let found = bucket_entries(&self.bucket_buf, b).into_iter().find(|e| e.1 == key);
+            let found = bucket_entries(&self.bucket_buf, b)
+                .into_iter()
+                .find(|e| e.1 == key);
             if let Some((at, key, version, len)) = found {
                 let data = &self.bucket_buf[at + ENTRY_HDR..at + ENTRY_HDR + len];
                 if !object_ok(key, version, data) {
@@ -480,7 +510,11 @@ impl Cache {
             return self.rebuild_bucket(b, key, Some((version, len)));
         }
         let need = (ITEM_HDR + len) as u64;
-        if self.regions.back().is_none_or(|r| r.used + need > self.geo.region_bytes) {
+        if self
+            .regions
+            .back()
+            .is_none_or(|r| r.used + need > self.geo.region_bytes)
+        {
             self.roll_region()?;
         }
         let mut buf = std::mem::take(&mut self.item_buf);
@@ -511,7 +545,9 @@ impl Cache {
     fn roll_region(&mut self) -> Res<()> {
         if self.sync {
             if let Some(r) = self.regions.back() {
-                r.file.sync_data().map_err(|e| format!("sync region {}: {e}", r.id))?;
+                r.file
+                    .sync_data()
+                    .map_err(|e| format!("sync region {}: {e}", r.id))?;
             }
         }
         let id = self.next_region;
@@ -550,7 +586,10 @@ impl Cache {
         if small {
             let b = self.bucket_of(key);
             self.read_bucket(b)?;
-            if !bucket_entries(&self.bucket_buf, b).iter().any(|e| e.1 == key) {
+            if !bucket_entries(&self.bucket_buf, b)
+                .iter()
+                .any(|e| e.1 == key)
+            {
                 return Ok(false);
             }
             self.rebuild_bucket(b, key, None)?;
@@ -573,7 +612,11 @@ impl Cache {
                 if self.bucket_of(key) != b {
                     corrupt(format!("small object {key} found in bucket {b}"));
                 }
-                if !object_ok(key, version, &self.bucket_buf[at + ENTRY_HDR..at + ENTRY_HDR + len]) {
+                if !object_ok(
+                    key,
+                    version,
+                    &self.bucket_buf[at + ENTRY_HDR..at + ENTRY_HDR + len],
+                ) {
                     corrupt(format!("small object {key} in bucket {b} differs"));
                 }
                 small += 1;
@@ -585,9 +628,13 @@ impl Cache {
     /// A clean shutdown: everything durable, then the index, fsync'd and renamed into place.
     fn close(&mut self) -> Res<()> {
         for r in &self.regions {
-            r.file.sync_all().map_err(|e| format!("sync region {}: {e}", r.id))?;
+            r.file
+                .sync_all()
+                .map_err(|e| format!("sync region {}: {e}", r.id))?;
         }
-        self.bighash.sync_all().map_err(|e| format!("sync bighash: {e}"))?;
+        self.bighash
+            .sync_all()
+            .map_err(|e| format!("sync bighash: {e}"))?;
         let mut text = format!(
             "{INDEX_MAGIC} {} {} {} {} {} {}\nregions",
             self.geo.buckets,
@@ -604,13 +651,17 @@ impl Cache {
         let mut items: Vec<_> = self.index.iter().collect();
         items.sort_by_key(|(k, _)| **k);
         for (k, l) in items {
-            text.push_str(&format!("o {k} {} {} {} {}\n", l.region, l.offset, l.len, l.version));
+            text.push_str(&format!(
+                "o {k} {} {} {} {}\n",
+                l.region, l.offset, l.len, l.version
+            ));
         }
         text.push_str(&format!("end {}\n", self.index_sum()));
         let tmp = format!("{}/index.tmp", self.dir);
         let done = format!("{}/index.dat", self.dir);
         let mut f = File::create(&tmp).map_err(|e| format!("create {tmp}: {e}"))?;
-        std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("write {tmp}: {e}"))?;
+        std::io::Write::write_all(&mut f, text.as_bytes())
+            .map_err(|e| format!("write {tmp}: {e}"))?;
         f.sync_all().map_err(|e| format!("sync {tmp}: {e}"))?;
         drop(f);
         fs::rename(&tmp, &done).map_err(|e| format!("rename {tmp} to {done}: {e}"))?;
@@ -749,7 +800,10 @@ fn parse_args() -> Res<Args> {
     if a.large_pct > 100 || a.small_pct > 100 {
         return Err("--large-pct and --small-pct are percentages".into());
     }
-    if a.small_min == 0 || a.small_min > a.small_max || a.small_max > BUCKET - BUCKET_HDR - ENTRY_HDR {
+    if a.small_min == 0
+        || a.small_min > a.small_max
+        || a.small_max > BUCKET - BUCKET_HDR - ENTRY_HDR
+    {
         return Err(format!(
             "need 0 < --small-min <= --small-max <= {}",
             BUCKET - BUCKET_HDR - ENTRY_HDR
@@ -853,10 +907,24 @@ fn run() -> Res<()> {
         all.push(t0.elapsed().as_nanos() as u64);
     }
     let secs = start.elapsed().as_secs_f64();
-    let hit_ratio = if gets.is_empty() { 0.0 } else { hits as f64 / gets.len() as f64 };
+    let hit_ratio = if gets.is_empty() {
+        0.0
+    } else {
+        hits as f64 / gets.len() as f64
+    };
     if a.ops > 0 {
-        report("cache", &mut all, Some(secs), &format!(" hit_ratio {hit_ratio:.4}"));
-        report("get", &mut gets, None, &format!(" hit_ratio {hit_ratio:.4}"));
+        report(
+            "cache",
+            &mut all,
+            Some(secs),
+            &format!(" hit_ratio {hit_ratio:.4}"),
+        );
+        report(
+            "get",
+            &mut gets,
+            None,
+            &format!(" hit_ratio {hit_ratio:.4}"),
+        );
         report("set", &mut sets, None, &format!(" fills {fills}"));
     }
     if a.verify {
