@@ -66,27 +66,31 @@ func (s *state) expected(i int) (string, bool) {
 	return value(i, s.gen), true
 }
 
+// syncPolicy is --sync as a buntdb.SyncPolicy.
+func syncPolicy() buntdb.SyncPolicy {
+	switch strings.ToLower(*syncFlag) {
+	case "always":
+		return buntdb.Always
+	case "everysecond":
+		return buntdb.EverySecond
+	case "never":
+		return buntdb.Never
+	default:
+		bench.Fail("--sync", fmt.Errorf("unknown policy %q (always, everysecond, never)", *syncFlag))
+	}
+	return buntdb.Never
+}
+
 func open(path string) *buntdb.DB {
 	db, err := buntdb.Open(path)
 	if err != nil {
 		bench.Fail("opening "+path, err)
 	}
-	var policy buntdb.SyncPolicy
-	switch strings.ToLower(*syncFlag) {
-	case "always":
-		policy = buntdb.Always
-	case "everysecond":
-		policy = buntdb.EverySecond
-	case "never":
-		policy = buntdb.Never
-	default:
-		bench.Fail("--sync", fmt.Errorf("unknown policy %q (always, everysecond, never)", *syncFlag))
-	}
 	var config buntdb.Config
 	if err := db.ReadConfig(&config); err != nil {
 		bench.Fail("reading the config", err)
 	}
-	config.SyncPolicy = policy
+	config.SyncPolicy = syncPolicy()
 	config.AutoShrinkDisabled = true // the shrink workload shrinks, nothing else
 	if err := db.SetConfig(config); err != nil {
 		bench.Fail("setting the config", err)
@@ -107,6 +111,7 @@ func main() {
 	if *num <= 0 || *valueSize <= 0 {
 		bench.Fail("flags", errors.New("--num and --value_size must be positive"))
 	}
+	syncPolicy() // fails early on a bad --sync
 	path := filepath.Join(*dir, "data.db")
 	var workloads []string
 	for _, w := range strings.Split(*benchmarks, ",") {
