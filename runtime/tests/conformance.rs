@@ -1,11 +1,13 @@
 //! Differential conformance of the WASI filesystem adapter.
 //!
-//! The `fsprobe` guest calls every WASIp1 filesystem function, with its error cases, and
-//! prints one line per call (`label -> result`). It runs under `valet-run` on the zoned store
-//! and under wasmtime's stock WASI (wasmtime-wasi preview1, the same wasmtime release) over a
-//! fresh host directory, both mounted at `/data`. The transcripts must agree line by line,
-//! except for the differences listed in [`DIFFERENCES`], each with its reason; a listed
-//! difference that no longer shows up fails the test too, so the list stays true.
+//! Two probes print one line per call (`label -> result`): the Rust `fsprobe` calls every
+//! WASIp1 filesystem function directly, with its error cases; the C `c_fsprobe`
+//! (guests/c/fsprobe.c) goes through wasi-libc's POSIX functions, as C and C++ engines do.
+//! Each runs under `valet-run` on the zoned store and under wasmtime's stock WASI
+//! (wasmtime-wasi preview1, the same wasmtime release) over a fresh host directory, both
+//! mounted at `/data`. The transcripts must agree line by line, except for the differences
+//! listed per probe ([`DIFFERENCES`], [`C_DIFFERENCES`]), each with its reason; a listed
+//! difference that no longer shows up fails the test too, so the lists stay true.
 
 use valet_benches::stock;
 
@@ -200,19 +202,71 @@ const DIFFERENCES: &[Difference] = &[
     },
 ];
 
+/// The C probe's accepted differences: the same causes, seen through wasi-libc.
+const C_DIFFERENCES: &[Difference] = &[
+    Difference {
+        label: "writev [ab, cd]",
+        valet: "ok 4",
+        stock: "ok 2",
+        why: VECTORED_WRITE,
+    },
+    Difference {
+        label: "posix_fallocate 8192",
+        valet: "ok",
+        stock: "ENOTSUP",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "fstat after posix_fallocate",
+        valet: "ok file size=8192",
+        stock: "ok file size=4096",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "size after append",
+        valet: "ok file size=8193",
+        stock: "ok file size=4097",
+        why: ALLOCATE,
+    },
+    Difference {
+        label: "pread first 4",
+        valet: "ok \"!bcd\"",
+        stock: "ok \"!bll\"",
+        why: VECTORED_WRITE,
+    },
+    Difference {
+        label: "pread 1.5 MiB in one call",
+        valet: "ok n=1572864 match=1",
+        stock: "ok n=65536 match=1",
+        why: PREAD_CAP,
+    },
+    Difference {
+        label: "symlink sym -> f",
+        valet: "EPERM",
+        stock: "ok",
+        why: SYMLINKS,
+    },
+    Difference {
+        label: "fsync a directory",
+        valet: "ok",
+        stock: "EBADF",
+        why: DIR_SYNC,
+    },
+];
+
 /// Splits `label -> result` at the last arrow (labels may hold one); lines without a
 /// result (section titles) are all label.
 fn split(line: &str) -> (&str, &str) {
     line.rsplit_once(" -> ").unwrap_or((line, ""))
 }
 
-/// Starts fsprobe under valet-run on a fresh device (it runs while stock WASI runs here).
-fn start_valet(dev: &std::path::Path) -> std::process::Child {
+/// Starts a probe under valet-run on a fresh device (it runs while stock WASI runs here).
+fn start_valet(dev: &std::path::Path, probe: &str) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_valet-run"))
         .arg("--device")
         .arg(dev)
         .args(["--zone-size", "16", "--zones", "16"])
-        .arg(valet_guests::FSPROBE)
+        .arg(probe)
         .arg("/data")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -221,11 +275,11 @@ fn start_valet(dev: &std::path::Path) -> std::process::Child {
 }
 
 /// Compares two transcripts; returns a readable report of everything not accepted.
-fn compare(valet: &str, stock: &str) -> Result<(), String> {
+fn compare(valet: &str, stock: &str, differences: &[Difference]) -> Result<(), String> {
     let v: Vec<&str> = valet.lines().collect();
     let s: Vec<&str> = stock.lines().collect();
     let mut report = String::new();
-    let mut used = vec![false; DIFFERENCES.len()];
+    let mut used = vec![false; differences.len()];
     for i in 0..v.len().max(s.len()) {
         let (Some(vl), Some(sl)) = (v.get(i), s.get(i)) else {
             report += &format!("line {}: one transcript ends early\n", i + 1);
@@ -242,7 +296,7 @@ fn compare(valet: &str, stock: &str) -> Result<(), String> {
         if vres == sres {
             continue;
         }
-        match DIFFERENCES
+        match differences
             .iter()
             .position(|d| d.label == vlab && d.valet == vres && d.stock == sres)
         {
@@ -252,7 +306,7 @@ fn compare(valet: &str, stock: &str) -> Result<(), String> {
             }
         }
     }
-    for (d, used) in DIFFERENCES.iter().zip(used) {
+    for (d, used) in differences.iter().zip(used) {
         if !used {
             report += &format!(
                 "listed difference no longer seen: {} (valet {:?}, stock {:?}; {})\n",
@@ -267,33 +321,29 @@ fn compare(valet: &str, stock: &str) -> Result<(), String> {
     }
 }
 
-#[test]
-fn fsprobe_transcripts_match_stock_wasmtime_except_listed_differences() {
+/// Runs `probe` (`name`, its .wasm) under both hosts and checks the transcripts.
+fn check_probe(name: &str, probe: &str, differences: &[Difference]) {
     let dev = tempfile::tempdir().unwrap();
-    let valet = start_valet(dev.path());
+    let valet = start_valet(dev.path(), probe);
     let host = tempfile::tempdir().unwrap();
-    let stock = stock::run(
-        valet_guests::FSPROBE,
-        &["fsprobe", "/data"],
-        &[(host.path(), "/data")],
-    );
+    let stock = stock::run(probe, &[name, "/data"], &[(host.path(), "/data")]);
     let out = valet.wait_with_output().unwrap();
     let valet = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "valet-run failed:\n{}\n{valet}",
+        "{name} failed under valet-run:\n{}\n{valet}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
         stock.code, 0,
-        "fsprobe failed under stock WASI:\n{}\n{}",
+        "{name} failed under stock WASI:\n{}\n{}",
         stock.stderr, stock.stdout
     );
 
     if let Some(dir) = std::env::var_os("FSPROBE_DUMP") {
         let dir = std::path::PathBuf::from(dir);
-        std::fs::write(dir.join("fsprobe-valet.txt"), &valet).unwrap();
-        std::fs::write(dir.join("fsprobe-stock.txt"), &stock.stdout).unwrap();
+        std::fs::write(dir.join(format!("{name}-valet.txt")), &valet).unwrap();
+        std::fs::write(dir.join(format!("{name}-stock.txt")), &stock.stdout).unwrap();
     }
 
     // The probe cleans up after itself on both sides.
@@ -302,15 +352,28 @@ fn fsprobe_transcripts_match_stock_wasmtime_except_listed_differences() {
         "{valet}"
     );
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
-    assert!(valet.lines().count() > 300, "{valet}");
+    assert!(valet.lines().count() > 100, "{valet}");
 
-    if let Err(report) = compare(&valet, &stock.stdout) {
+    if let Err(report) = compare(&valet, &stock.stdout, differences) {
         panic!(
-            "fsprobe under valet-run and under stock wasmtime WASI differ beyond the listed \
+            "{name} under valet-run and under stock wasmtime WASI differ beyond the listed \
              differences:\n\n{report}\n(full transcripts: valet {} lines, stock {} lines; \
              set FSPROBE_DUMP=DIR to write them out)",
             valet.lines().count(),
             stock.stdout.lines().count()
         );
     }
+}
+
+#[test]
+fn fsprobe_transcripts_match_stock_wasmtime_except_listed_differences() {
+    check_probe("fsprobe", valet_guests::FSPROBE, DIFFERENCES);
+}
+
+#[test]
+fn c_fsprobe_transcripts_match_stock_wasmtime_except_listed_differences() {
+    let Some(probe) = valet_guests::require("c_fsprobe") else {
+        return;
+    };
+    check_probe("c_fsprobe", probe, C_DIFFERENCES);
 }
