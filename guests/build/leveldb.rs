@@ -4,11 +4,13 @@
 //! LevelDB's source comes from the `leveldb-sys` crate (pinned in Cargo.toml, never built
 //! itself), found with `cargo metadata`. Its files stay untouched: defining
 //! `LEVELDB_PLATFORM_CHROMIUM` makes `port/port.h` include `port/port_chromium.h`, which
-//! our include directory, first on the path, provides. Objects are cached in `OUT_DIR` and
-//! recompiled only when their source, our port header or the compiler flags change, so
-//! edits elsewhere in `guests/` do not cost a LevelDB rebuild.
+//! our include directory, first on the path, provides. Objects are cached in the target
+//! directory (see [`object_dir`]) and recompiled only when their source, our port header or
+//! the compiler flags change, so edits elsewhere in `guests/` do not cost a LevelDB rebuild.
 
+use std::collections::hash_map::DefaultHasher;
 use std::fs;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::SystemTime;
@@ -102,7 +104,8 @@ pub fn build(ctx: &mut Ctx) {
     // LevelDB keeps blocks and keys on the stack: more than wasm-ld's default 64 KiB.
     let wasm_link = ["-Wl,-z,stack-size=1048576"];
     build_target(
-        &ctx.out_dir.join("leveldb-wasm"),
+        &ctx.out_dir,
+        "wasm",
         &inputs,
         &port_header,
         &wasm_cxx,
@@ -119,7 +122,8 @@ pub fn build(ctx: &mut Ctx) {
         command
     };
     build_target(
-        &ctx.out_dir.join("leveldb-host"),
+        &ctx.out_dir,
+        "host",
         &inputs,
         &port_header,
         &native_cxx,
@@ -189,29 +193,40 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-/// Compiles `inputs` into `obj_dir` (only what is out of date) and links `output`.
-/// `is_ours` inputs also get warnings.
+/// Where a target's objects are cached: `<target dir>/valet-leveldb/<kind>-<hash of the
+/// commands>`, shared by every build of this crate (test, release and clippy builds each
+/// have their own OUT_DIR, and LevelDB takes minutes to compile here); OUT_DIR itself when
+/// the layout is not cargo's usual `<target>/<profile>/build/<crate>-<hash>/out`.
+fn object_dir(out_dir: &Path, kind: &str, commands: &str) -> PathBuf {
+    let mut hasher = DefaultHasher::new();
+    commands.hash(&mut hasher);
+    let name = format!("{kind}-{:016x}", hasher.finish());
+    let mut up = out_dir.ancestors();
+    match (up.nth(2), up.nth(1)) {
+        (Some(build), Some(target)) if build.file_name() == Some("build".as_ref()) => {
+            target.join("valet-leveldb").join(name)
+        }
+        _ => out_dir.join(name),
+    }
+}
+
+/// Compiles `inputs` (only what is out of date) and links `output`. Our own inputs
+/// (`true`) also get warnings.
 fn build_target(
-    obj_dir: &Path,
+    out_dir: &Path,
+    kind: &str,
     inputs: &[(PathBuf, bool)],
     port_header: &Path,
     cxx: &dyn Fn() -> Command,
     link_flags: &[&str],
     output: &Path,
 ) {
-    fs::create_dir_all(obj_dir).unwrap();
-    // A change of flags or compiler invalidates every object.
-    let flags = format!("{:?} {link_flags:?}", cxx());
-    let stamp = obj_dir.join("flags");
-    if fs::read_to_string(&stamp).ok().as_deref() != Some(flags.as_str()) {
-        for entry in fs::read_dir(obj_dir).unwrap() {
-            fs::remove_file(entry.unwrap().path()).unwrap();
-        }
-        fs::write(&stamp, &flags).unwrap();
-    }
+    let obj_dir = object_dir(out_dir, kind, &format!("{:?} {link_flags:?}", cxx()));
+    fs::create_dir_all(&obj_dir).unwrap();
     let header_time = mtime(port_header).expect("the port header exists");
     let mut objects = Vec::new();
     let mut stale = Vec::new();
+    let mut renames = Vec::new();
     for (src, ours) in inputs {
         let stem = src.file_stem().unwrap().to_string_lossy();
         let obj = obj_dir.join(format!("{stem}.o"));
@@ -225,14 +240,20 @@ fn build_target(
                 // LevelDB's own code: not ours to warn about.
                 command.arg("-w");
             }
-            command.arg("-c").arg(src).arg("-o").arg(&obj);
+            // Another build may share the directory: objects appear whole or not at all.
+            let tmp = obj_dir.join(format!("{stem}.o.{}", std::process::id()));
+            command.arg("-c").arg(src).arg("-o").arg(&tmp);
             stale.push(command);
+            renames.push((tmp, obj.clone()));
         }
         objects.push(obj);
     }
-    let relink = !stale.is_empty()
-        || mtime(output).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
     run_all(stale);
+    for (tmp, obj) in renames {
+        fs::rename(tmp, obj).unwrap();
+    }
+    let relink =
+        mtime(output).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
     if relink {
         let mut link = cxx();
         link.args(link_flags).args(&objects).arg("-o").arg(output);
