@@ -23,10 +23,8 @@ const THREADS_PREFIX: &str = "threads_";
 /// Programs that compile C for their target (through the `cc` crate).
 const NEEDS_C: &[&str] = &["sqlite_bench"];
 
-/// Programs also built for the host, where present. `cache` is not among them yet: it calls
-/// `wasi::fd_pread`/`fd_pwrite` directly, which the host has not (`wasi` is a WASI-only
-/// dependency); with a `cfg(unix)` path for those it can join the list.
-const NATIVE: &[&str] = &["sqlite_bench", "rusty_leveldb"];
+/// Programs also built for the host, for the comparison report's native runs.
+const NATIVE: &[&str] = &["sqlite_bench", "rusty_leveldb", "cache"];
 
 fn target_of(name: &str) -> &'static str {
     if name.starts_with(THREADS_PREFIX) {

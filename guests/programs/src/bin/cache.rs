@@ -29,12 +29,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 #[allow(dead_code)]
 #[path = "../content.rs"]
 mod content;
+#[path = "../positional.rs"]
+mod positional;
 
 use content::mix;
 
@@ -84,12 +85,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 fn pread(f: &File, buf: &mut [u8], mut at: u64) -> Res<()> {
     let mut done = 0;
     while done < buf.len() {
-        let iov = wasi::Iovec {
-            buf: buf[done..].as_mut_ptr(),
-            buf_len: buf.len() - done,
-        };
-        // SAFETY: the iovec points into `buf`, which outlives the call.
-        let n = unsafe { wasi::fd_pread(f.as_raw_fd() as wasi::Fd, &[iov], at) }
+        let n = positional::read_at(f, &mut buf[done..], at)
             .map_err(|e| format!("pread at {at}: {e}"))?;
         if n == 0 {
             return Err(format!("pread at {at}: unexpected end of file"));
@@ -103,12 +99,7 @@ fn pread(f: &File, buf: &mut [u8], mut at: u64) -> Res<()> {
 fn pwrite(f: &File, buf: &[u8], mut at: u64) -> Res<()> {
     let mut done = 0;
     while done < buf.len() {
-        let iov = wasi::Ciovec {
-            buf: buf[done..].as_ptr(),
-            buf_len: buf.len() - done,
-        };
-        // SAFETY: the iovec points into `buf`, which outlives the call.
-        let n = unsafe { wasi::fd_pwrite(f.as_raw_fd() as wasi::Fd, &[iov], at) }
+        let n = positional::write_at(f, &buf[done..], at)
             .map_err(|e| format!("pwrite at {at}: {e}"))?;
         if n == 0 {
             return Err(format!("pwrite at {at}: wrote nothing"));

@@ -21,6 +21,8 @@ mod content;
 #[allow(dead_code)]
 #[path = "../bench.rs"]
 mod bench;
+#[path = "../positional.rs"]
+mod positional;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -54,21 +56,8 @@ fn status(what: &str, path: &Path, e: io::Error) -> Status {
 struct PreadFile(File);
 
 impl PreadFile {
-    #[cfg(unix)]
     fn pread(&self, off: u64, dst: &mut [u8]) -> io::Result<usize> {
-        std::os::unix::fs::FileExt::read_at(&self.0, dst, off)
-    }
-
-    #[cfg(target_os = "wasi")]
-    fn pread(&self, off: u64, dst: &mut [u8]) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        let iov = wasi::Iovec {
-            buf: dst.as_mut_ptr(),
-            buf_len: dst.len(),
-        };
-        // SAFETY: the iovec points into `dst`, which outlives the call.
-        unsafe { wasi::fd_pread(self.0.as_raw_fd() as wasi::Fd, &[iov], off) }
-            .map_err(|e| io::Error::from_raw_os_error(e.raw().into()))
+        positional::read_at(&self.0, dst, off)
     }
 }
 
