@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use valet_vfs::{Ino, Store};
 use wasi_common::sync::{ambient_authority, Dir, WasiCtxBuilder};
 use wasi_common::{I32Exit, WasiCtx};
-use wasmtime::{Config, Engine, Linker, Module};
+use wasmtime::{Cache, CacheConfig, Config, Engine, Linker, Module};
 use wasmtime_wasi_threads::WasiThreadsCtx;
 
 use crate::wasi_fs::{self, VfsDir};
@@ -64,9 +64,14 @@ struct Host {
 }
 
 /// An engine able to run both plain and threaded WASIp1 guests.
+///
+/// Compiled modules are cached on disk (wasmtime's cache, in the user's cache directory), as
+/// the wasmtime CLI does: a large guest (LevelDB, a Go program) compiles once, not at every
+/// start. Without a usable cache directory the engine simply compiles every time.
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
     config.wasm_threads(true);
+    config.cache(Cache::new(CacheConfig::new()).ok());
     Engine::new(&config).context("creating the wasmtime engine")
 }
 
