@@ -72,7 +72,9 @@ fn main() {
 
 fn generate(ctx: &Ctx) -> String {
     let mut code = String::new();
-    let mut all = String::from("/// Every built guest: (name, .wasm path).\npub const ALL: &[(&str, &str)] = &[\n");
+    let mut all = String::from(
+        "/// Every built guest: (name, .wasm path).\npub const ALL: &[(&str, &str)] = &[\n",
+    );
     let mut native = String::from(
         "/// Guests also compiled for the host: (name, executable path).\npub const NATIVE: &[(&str, &str)] = &[\n",
     );
@@ -84,11 +86,22 @@ fn generate(ctx: &Ctx) -> String {
         );
         let constant = guest.name.to_uppercase().replace('-', "_");
         let wasm = guest.wasm.display().to_string();
-        writeln!(code, "/// {}\npub const {constant}: &str = {wasm:?};", guest.doc).unwrap();
+        writeln!(
+            code,
+            "/// {}\npub const {constant}: &str = {wasm:?};",
+            guest.doc
+        )
+        .unwrap();
         writeln!(all, "    ({:?}, {constant}),", guest.name).unwrap();
         if let Some(path) = &guest.native {
             assert!(path.exists(), "{} was not built", path.display());
-            writeln!(native, "    ({:?}, {:?}),", guest.name, path.display().to_string()).unwrap();
+            writeln!(
+                native,
+                "    ({:?}, {:?}),",
+                guest.name,
+                path.display().to_string()
+            )
+            .unwrap();
         }
     }
     let mut skipped = String::from(

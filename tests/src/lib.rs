@@ -12,7 +12,10 @@ pub fn valet_run_path() -> &'static Path {
     PATH.get_or_init(|| {
         // target/<profile>/deps/<test binary> -> target/<profile>/valet-run
         let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
         let path = profile_dir.join("valet-run");
         if !path.exists() {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
