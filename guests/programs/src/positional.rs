@@ -2,6 +2,9 @@
 //! also build natively: std's `FileExt` is stable on Unix but not yet on WASI, so WASI goes
 //! through the raw `fd_pread`/`fd_pwrite` calls. One call each: callers loop on short counts.
 
+// Included with `#[path]` by several programs, each using its own subset.
+#![allow(dead_code)]
+
 use std::fs::File;
 use std::io;
 
