@@ -656,6 +656,11 @@ impl Cache {
         f.sync_all().map_err(|e| format!("sync {tmp}: {e}"))?;
         drop(f);
         fs::rename(&tmp, &done).map_err(|e| format!("rename {tmp} to {done}: {e}"))?;
+        // The rename is durable once the directory is synced. Stock wasmtime refuses a
+        // directory fsync (EBADF); there the rename is as durable as the host makes it.
+        if let Ok(dir) = File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
         self.index_bytes_written += text.len() as u64;
         Ok(())
     }
