@@ -75,10 +75,27 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The run's last stderr line, for a failure note.
+    /// The exit code and the telling line of stderr (a panic's message, our own error
+    /// line, or the last line), for a failure note.
     pub fn why(&self) -> String {
-        let last = self.stderr.lines().rev().find(|l| !l.trim().is_empty());
-        format!("exit {}: {}", self.code, last.unwrap_or("no message"))
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        let line = lines
+            .iter()
+            .position(|l| l.contains("panicked at"))
+            .map(|i| lines[i..(i + 2).min(lines.len())].join(" "))
+            .or_else(|| {
+                let own = lines
+                    .iter()
+                    .find(|l| l.contains("error") || l.contains(": "));
+                own.map(|l| l.to_string())
+            })
+            .or_else(|| lines.last().map(|l| l.to_string()));
+        let line = line.unwrap_or_else(|| "no message".into());
+        format!("exit {}: {}", self.code, line.trim())
     }
 }
 
@@ -235,17 +252,20 @@ pub fn find_valet_run(self_exe: &Path) -> Result<PathBuf, String> {
         "report: building valet-run (cargo build --release -p valet-runtime --bin valet-run)"
     );
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "valet-runtime",
-            "--bin",
-            "valet-run",
-        ])
-        .status()
-        .map_err(|e| format!("running cargo: {e}"))?;
+    // Into the target directory this executable is in (`target/release/..`).
+    let mut build = Command::new(cargo);
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "valet-runtime",
+        "--bin",
+        "valet-run",
+    ]);
+    if let Some(target) = self_exe.parent().and_then(Path::parent) {
+        build.arg("--target-dir").arg(target);
+    }
+    let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
     if !status.success() || !usable(&path) {
         return Err(format!("no usable valet-run at {}", path.display()));
     }
