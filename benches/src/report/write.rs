@@ -109,6 +109,17 @@ fn target(
     ("≥ 1.0× stock, ≤ 1.3× native time".into(), met)
 }
 
+/// One empty bar series per configuration.
+fn config_series() -> Vec<Bars> {
+    Config::ALL
+        .iter()
+        .map(|c| Bars {
+            name: c.short().into(),
+            values: Vec::new(),
+        })
+        .collect()
+}
+
 fn throughput(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
     doc.heading(2, "Throughput (ops/s)");
     let mut headers: Vec<&str> = vec!["guest", "workload"];
@@ -116,13 +127,7 @@ fn throughput(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
     headers.extend(["(a)/(c)", "(a) time / (d) time", "target", "verdict"]);
     let mut t = Table::new(&headers);
     let mut categories = Vec::new();
-    let mut series: Vec<Bars> = Config::ALL
-        .iter()
-        .map(|c| Bars {
-            name: c.short().into(),
-            values: Vec::new(),
-        })
-        .collect();
+    let mut series = config_series();
     for row in &r.rows {
         for name in workload_names(row) {
             let ops = Config::ALL.map(|c| measurement(row, c, name).map(Measurement::ops_per_sec));
@@ -171,13 +176,7 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
         "P99.99",
     ]);
     let mut categories = Vec::new();
-    let mut series: Vec<Bars> = Config::ALL
-        .iter()
-        .map(|c| Bars {
-            name: c.short().into(),
-            values: Vec::new(),
-        })
-        .collect();
+    let mut series = config_series();
     for row in &r.rows {
         for name in workload_names(row) {
             let mut any = false;

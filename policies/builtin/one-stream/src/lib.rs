@@ -31,7 +31,12 @@ mod tests {
     fn every_path_gets_stream_0_group_0() {
         let mut p = OneStream;
         p.init(14);
-        for path in ["db/000001.log", "db/000005.ldb", "LOCK", "cache/small/bighash.dat"] {
+        for path in [
+            "db/000001.log",
+            "db/000005.ldb",
+            "LOCK",
+            "cache/small/bighash.dat",
+        ] {
             let d = p
                 .place(&Request {
                     tenant: 3,
