@@ -6,31 +6,11 @@
 use std::path::Path;
 use std::process::Command;
 
-const NUM: &str = "20000";
+mod dbbench;
 
-/// The db_bench line of benchmark `name`, checked for its shape and followed by its
-/// percentiles line.
-fn bench_line<'a>(stdout: &'a str, name: &str) -> &'a str {
-    let mut lines = stdout.lines();
-    let line = lines
-        .find(|l| l.split(" : ").next().map(str::trim_end) == Some(name))
-        .unwrap_or_else(|| panic!("no {name} line in:\n{stdout}"));
-    let rest = line.split_once(" : ").unwrap().1;
-    let micros: f64 = rest
-        .split_once(" micros/op;")
-        .and_then(|(m, _)| m.trim().parse().ok())
-        .unwrap_or_else(|| panic!("bad micros/op in {line:?}"));
-    assert!(micros > 0.0, "{line}");
-    assert!(rest.contains(" ops/sec;"), "{line}");
-    let percentiles = lines.next().unwrap_or_default();
-    for p in ["P50: ", "P99: ", "P99.9: ", "P99.99: "] {
-        assert!(
-            percentiles.starts_with("Percentiles (micros): ") && percentiles.contains(p),
-            "no {p} after {line:?}: {percentiles:?}"
-        );
-    }
-    line
-}
+use dbbench::assert_workload as bench_line;
+
+const NUM: &str = "20000";
 
 fn assert_all_found(stdout: &str, name: &str) {
     let line = bench_line(stdout, name);
