@@ -26,7 +26,10 @@ pub fn run(module: &str, args: &[&str], dirs: &[(&Path, &str)]) -> Output {
     let stdout = MemoryOutputPipe::new(64 << 20);
     let stderr = MemoryOutputPipe::new(1 << 20);
     let mut builder = WasiCtxBuilder::new();
+    // File calls run on this thread, not bounced through tokio's blocking pool: what the
+    // `wasmtime run` CLI does, and the fair baseline for a synchronous embedder.
     builder
+        .allow_blocking_current_thread(true)
         .args(args)
         .stdout(stdout.clone())
         .stderr(stderr.clone());
