@@ -162,24 +162,27 @@ impl Workload {
 
     /// Prints the two report lines.
     pub fn report(mut self) {
-        let elapsed = self.start.elapsed().as_secs_f64();
-        let ops = self.nanos.len().max(1) as f64;
-        let micros = elapsed * 1e6 / ops;
-        let rate = if elapsed > 0.0 { ops / elapsed } else { 0.0 };
-        println!(
-            "{:<12} : {micros:>11.3} micros/op; {rate:>7.0} ops/sec;",
-            self.name
-        );
-        self.nanos.sort_unstable();
-        let pct = |p: f64| percentile(&self.nanos, p) as f64 / 1000.0;
-        println!(
-            "Percentiles (micros): P50: {:.2} P99: {:.2} P99.9: {:.2} P99.99: {:.2}",
-            pct(50.0),
-            pct(99.0),
-            pct(99.9),
-            pct(99.99)
-        );
+        print_report(self.name, self.start.elapsed().as_secs_f64(), &mut self.nanos, "");
     }
+
+}
+
+/// Prints a workload's two report lines: its operations took `elapsed` seconds in all,
+/// `nanos` each (sorted here); `extra` follows the rate on the first line.
+pub fn print_report(name: &str, elapsed: f64, nanos: &mut [u64], extra: &str) {
+    let ops = nanos.len().max(1) as f64;
+    let micros = elapsed * 1e6 / ops;
+    let rate = if elapsed > 0.0 { ops / elapsed } else { 0.0 };
+    println!("{name:<12} : {micros:>11.3} micros/op; {rate:>7.0} ops/sec;{extra}");
+    nanos.sort_unstable();
+    let pct = |p: f64| percentile(nanos, p) as f64 / 1000.0;
+    println!(
+        "Percentiles (micros): P50: {:.2} P99: {:.2} P99.9: {:.2} P99.99: {:.2}",
+        pct(50.0),
+        pct(99.0),
+        pct(99.9),
+        pct(99.99)
+    );
 }
 
 /// The nearest-rank `p`th percentile of `sorted`, 0 when empty.

@@ -34,6 +34,9 @@ use std::time::Instant;
 #[allow(dead_code)]
 #[path = "../content.rs"]
 mod content;
+#[allow(dead_code)]
+#[path = "../bench.rs"]
+mod bench;
 #[path = "../positional.rs"]
 mod positional;
 
@@ -828,30 +831,11 @@ fn object_len(a: &Args, key: u64) -> usize {
     }
 }
 
-/// One db_bench-style pair of lines for the latencies `ns` (sorted here).
+/// One db_bench-style pair of lines; `secs` is the wall time of the whole run, else the
+/// operations' own time.
 fn report(name: &str, ns: &mut [u64], secs: Option<f64>, extra: &str) {
-    ns.sort_unstable();
-    let n = ns.len() as f64;
     let secs = secs.unwrap_or_else(|| ns.iter().sum::<u64>() as f64 / 1e9);
-    let pct = |p: f64| {
-        if ns.is_empty() {
-            return 0.0;
-        }
-        let i = ((p / 100.0 * n).ceil() as usize).clamp(1, ns.len()) - 1;
-        ns[i] as f64 / 1e3
-    };
-    println!(
-        "{name:<12} : {:>11.3} micros/op; {:>7.0} ops/sec;{extra}",
-        if ns.is_empty() { 0.0 } else { secs * 1e6 / n },
-        if secs > 0.0 { n / secs } else { 0.0 }
-    );
-    println!(
-        "Percentiles (micros): P50: {:.2} P99: {:.2} P99.9: {:.2} P99.99: {:.2}",
-        pct(50.0),
-        pct(99.0),
-        pct(99.9),
-        pct(99.99)
-    );
+    bench::print_report(name, secs, ns, extra);
 }
 
 fn run() -> Res<()> {
