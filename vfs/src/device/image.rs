@@ -461,7 +461,10 @@ impl ZonedDevice for ImageDevice {
             return Err(e.into());
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.prepare_ahead()
+        // Only a speed-up: the sync has succeeded, so a failure here (a full host disk)
+        // must not turn it into an error; the next small writes are merely slower.
+        let _ = self.prepare_ahead();
+        Ok(())
     }
 }
 

@@ -170,7 +170,10 @@ impl Journal {
         );
         let zone = META_ZONES[self.active];
         let wp = self.device.zone_info(zone)?.write_pointer;
-        if wp + record.len() as u64 > geometry.zone_capacity {
+        // Never fill the zone to the end: a full zone is no longer active, and recovery
+        // tells the current journal zone from a retired one by exactly that (see
+        // [`recover`]); the zone is finished only once the next checkpoint is durable.
+        if wp + record.len() as u64 >= geometry.zone_capacity {
             return Ok(false);
         }
         self.device.write(zone, wp, &record)?;
@@ -329,5 +332,38 @@ mod tests {
             bad[byte] ^= 0x10;
             assert!(decode_header(&bad).is_none(), "flip at {byte} accepted");
         }
+    }
+
+    /// Found by the crash test: a transaction that filled the active zone to the end made
+    /// it Full, so a crash during the next checkpoint looked like a damaged newest
+    /// checkpoint next to a retired zone, and recovery refused the store.
+    #[test]
+    fn appends_never_fill_the_active_zone() {
+        use crate::device::{Geometry, MemoryDevice};
+        let geometry = Geometry {
+            zone_count: 4,
+            zone_size: 8 * 4096,
+            zone_capacity: 8 * 4096,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 4,
+        };
+        let device: Arc<dyn ZonedDevice> = Arc::new(MemoryDevice::new(geometry).unwrap());
+        let mut journal = Journal::new(device.clone(), 0, 1);
+        let op = MetaOp::SetAttr {
+            ino: 1,
+            size: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        // One block per transaction: the eighth would fill the zone exactly.
+        let mut appended = 0;
+        while journal.append(std::slice::from_ref(&op)).unwrap() {
+            appended += 1;
+        }
+        assert_eq!(appended, 7);
+        let info = device.zone_info(META_ZONES[0]).unwrap();
+        assert!(info.state.is_active(), "{info:?}");
     }
 }
