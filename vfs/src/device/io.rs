@@ -174,7 +174,6 @@ fn setup_ring() -> io::Result<IoUring> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     for (code, name) in [
-        (opcode::Read::CODE, "read"),
         (opcode::Write::CODE, "write"),
         (opcode::Fsync::CODE, "fsync"),
     ] {
