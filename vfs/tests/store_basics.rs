@@ -165,6 +165,43 @@ impl Placement for Fixed {
     }
 }
 
+/// A stream of short-lived files (a rollback journal created, synced and deleted per
+/// transaction) keeps appending to its head zone instead of resetting and rewriting it for
+/// every file; the zone is reset once it is full and still dead.
+#[test]
+fn short_lived_files_do_not_reset_their_head_zone_each_time() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (t, root) = store.tenant("app").unwrap();
+    store.set_placement(t, Arc::new(Fixed(Hint::zoned(1))));
+    let record = vec![5u8; 8192];
+    let per_zone = geometry().zone_capacity / record.len() as u64;
+    for n in 0..per_zone / 2 {
+        let f = store
+            .open_file(root, "db-journal", OpenOptions::create())
+            .unwrap();
+        f.write_at(&record, 0).unwrap();
+        f.sync_all().unwrap();
+        f.close().unwrap();
+        store.unlink(root, "db-journal").unwrap();
+        store.sync().unwrap();
+        assert_eq!(store.stats().zone_resets, 0, "after file {n}");
+    }
+    // Filling the zone with more of them retires it, and then it is reset.
+    for _ in 0..per_zone {
+        let f = store
+            .open_file(root, "db-journal", OpenOptions::create())
+            .unwrap();
+        f.write_at(&record, 0).unwrap();
+        f.sync_all().unwrap();
+        f.close().unwrap();
+        store.unlink(root, "db-journal").unwrap();
+    }
+    store.sync().unwrap();
+    assert!(store.stats().zone_resets >= 1, "{:?}", store.stats());
+    assert!(store.fsck().unwrap().is_clean());
+}
+
 #[test]
 fn deleted_data_frees_zones_without_moving_anything() {
     let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());

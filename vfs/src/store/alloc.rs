@@ -71,6 +71,10 @@ impl Inner {
             if !for_gc && self.gc_one(false)? {
                 continue;
             }
+            if self.retire_empty_heads() {
+                self.commit()?;
+                continue;
+            }
             let live = self.state.zones.total_valid() * self.state.block_size();
             return Err(Error::NoSpace(format!(
                 "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
@@ -92,13 +96,13 @@ impl Inner {
         };
         let wp = self.wp[head.zone as usize];
         if wp >= cap {
-            self.heads.remove(&key);
+            self.retire_head(key);
             return Ok(None);
         }
         if !head.accepts(hint) && wp > 0 {
             // The policy wants this lifetime group apart: seal the zone.
             self.finish_zone(head.zone)?;
-            self.heads.remove(&key);
+            self.retire_head(key);
             return Ok(None);
         }
         self.heads.get_mut(&key).expect("head").group = hint.group;
@@ -158,7 +162,7 @@ impl Inner {
                 ));
             };
             self.finish_zone(zone)?;
-            self.heads.remove(&victim_key);
+            self.retire_head(victim_key);
         }
         let zone = *self
             .free
@@ -192,9 +196,40 @@ impl Inner {
                 continue;
             };
             if self.heads.get(&key).is_some_and(|h| h.zone == zone) {
-                self.heads.remove(&key);
+                // Still being filled: keep appending to it. Resetting it now would, for a
+                // stream of short-lived files (a database's rollback journal, created and
+                // deleted per transaction), reset and rewrite the same zone every time.
+                // It is reset when retired, if still empty then.
+                continue;
             }
             self.to_reset.insert(zone);
+        }
+    }
+
+    /// Retires the head zones that hold no live data (their space is needed elsewhere);
+    /// returns whether there were any.
+    fn retire_empty_heads(&mut self) -> bool {
+        let empty: Vec<StreamKey> = self
+            .heads
+            .iter()
+            .filter(|(_, h)| {
+                self.wp[h.zone as usize] > 0 && self.state.zones.valid_blocks(h.zone) == 0
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in &empty {
+            self.retire_head(*key);
+        }
+        !empty.is_empty()
+    }
+
+    /// Stops appending to `key`'s head zone; if none of its data is live any more, it is
+    /// reset after the next commit.
+    fn retire_head(&mut self, key: StreamKey) {
+        if let Some(head) = self.heads.remove(&key) {
+            if self.state.zones.valid_blocks(head.zone) == 0 {
+                self.to_reset.insert(head.zone);
+            }
         }
     }
 
