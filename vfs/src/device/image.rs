@@ -49,7 +49,7 @@ const ENTRY_LEN: usize = 16;
 /// How far past a zone's write pointer a sync leaves allocated blocks.
 const PREPARE_AHEAD: u64 = 1 << 20;
 /// A sync prepares a zone again once fewer than this many prepared bytes remain ahead.
-const PREPARE_LOW: u64 = 256 << 10;
+const PREPARE_LOW: u64 = PREPARE_AHEAD - (128 << 10);
 
 /// How to open or create an image.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
