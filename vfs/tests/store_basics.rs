@@ -176,7 +176,7 @@ fn short_lived_files_do_not_reset_their_head_zone_each_time() {
     store.set_placement(t, Arc::new(Fixed(Hint::zoned(1))));
     let record = vec![5u8; 8192];
     let per_zone = geometry().zone_capacity / record.len() as u64;
-    for n in 0..per_zone / 2 {
+    let transaction = || {
         let f = store
             .open_file(root, "db-journal", OpenOptions::create())
             .unwrap();
@@ -184,18 +184,15 @@ fn short_lived_files_do_not_reset_their_head_zone_each_time() {
         f.sync_all().unwrap();
         f.close().unwrap();
         store.unlink(root, "db-journal").unwrap();
+    };
+    for n in 0..per_zone / 2 {
+        transaction();
         store.sync().unwrap();
         assert_eq!(store.stats().zone_resets, 0, "after file {n}");
     }
     // Filling the zone with more of them retires it, and then it is reset.
     for _ in 0..per_zone {
-        let f = store
-            .open_file(root, "db-journal", OpenOptions::create())
-            .unwrap();
-        f.write_at(&record, 0).unwrap();
-        f.sync_all().unwrap();
-        f.close().unwrap();
-        store.unlink(root, "db-journal").unwrap();
+        transaction();
     }
     store.sync().unwrap();
     assert!(store.stats().zone_resets >= 1, "{:?}", store.stats());

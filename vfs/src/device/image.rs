@@ -48,6 +48,9 @@ const SLOT_HEAD: usize = 16;
 const ENTRY_LEN: usize = 16;
 /// How far past a zone's write pointer a sync leaves allocated blocks.
 const PREPARE_AHEAD: u64 = 1 << 20;
+/// What preparing writes (never more than [`PREPARE_AHEAD`] at once); zero-initialised
+/// statics cost no memory until read.
+static ZEROS: [u8; PREPARE_AHEAD as usize] = [0; PREPARE_AHEAD as usize];
 /// A sync prepares a zone again once fewer than this many prepared bytes remain ahead.
 const PREPARE_LOW: u64 = PREPARE_AHEAD - (128 << 10);
 
@@ -483,9 +486,9 @@ impl ImageDevice {
                 continue;
             }
             let end = (wp + PREPARE_AHEAD).min(capacity);
-            let zeros = vec![0u8; (end - prepared) as usize];
+            let zeros = &ZEROS[..(end - prepared) as usize];
             let at = self.layout.zone_start(zone) + prepared;
-            self.engine.write_at(&zeros, at)?;
+            self.engine.write_at(zeros, at)?;
             // Start writing the zeros back now, so the next sync does not wait for them.
             // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (see Layout).
             unsafe {
