@@ -38,6 +38,10 @@ pub enum Error {
     Unsupported(&'static str),
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// A device flush or a store operation failed in a way that may have lost acknowledged
+    /// state; the store refuses further changes until it is mounted again.
+    #[error("store stopped after a failure: {0}")]
+    Stopped(String),
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error("host I/O: {0}")]
@@ -60,7 +64,7 @@ impl Error {
             Error::TooLarge => libc::EFBIG,
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Unsupported(_) => libc::ENOTSUP,
-            Error::Corrupt(_) | Error::Device(_) => libc::EIO,
+            Error::Corrupt(_) | Error::Stopped(_) | Error::Device(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

@@ -54,8 +54,23 @@ pub struct Stats {
     pub conventional_bytes: u64,
     pub zone_resets: u64,
     pub zone_finishes: u64,
-    /// Device cache flushes: one per acknowledged sync that had something to make durable.
+    /// Device cache flushes: one per group commit that had something to make durable.
     pub device_syncs: u64,
+    /// Commits run (each one journal write and one flush at most, for any number of syncs).
+    #[serde(default)]
+    pub group_commits: u64,
+    /// Syncs made durable by a commit another thread or tenant led.
+    #[serde(default)]
+    pub syncs_joined: u64,
+    /// Writes that waited for a write buffer to come back from the device (back-pressure).
+    #[serde(default)]
+    pub buffer_waits: u64,
+    /// Time those writes waited, in nanoseconds.
+    #[serde(default)]
+    pub buffer_wait_ns: u64,
+    /// Full buffers written by the background writer instead of the guest's call.
+    #[serde(default)]
+    pub background_flushes: u64,
     /// device_bytes / host_bytes (1.0 when nothing was written).
     pub waf: f64,
     /// (device_bytes + meta_bytes) / host_bytes.

@@ -49,7 +49,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -476,8 +476,66 @@ impl ZonedDevice for Fused {
     }
 }
 
+/// One mount's view of the device, as a process sees it: when the power fails the
+/// process is gone, so an abandoned store's threads (its background writer) can no longer
+/// reach the device.
+struct Process {
+    dev: Arc<Fused>,
+    dead: RwLock<bool>,
+}
+
+impl Process {
+    fn run<T>(&self, f: impl FnOnce(&Fused) -> Result<T, DeviceError>) -> Result<T, DeviceError> {
+        let dead = self.dead.read().unwrap();
+        if *dead {
+            return Err(DeviceError::Io(std::io::Error::other(
+                "the process is gone",
+            )));
+        }
+        f(&self.dev)
+    }
+}
+
+impl ZonedDevice for Process {
+    fn geometry(&self) -> Geometry {
+        self.dev.geometry()
+    }
+    fn report_zones(&self) -> Vec<ZoneInfo> {
+        self.dev.report_zones()
+    }
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.run(|d| d.zone_info(zone))
+    }
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.run(|d| d.write(zone, offset, data))
+    }
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.run(|d| d.append(zone, data))
+    }
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.run(|d| d.read(zone, offset, buf))
+    }
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.run(|d| d.reset(zone))
+    }
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.run(|d| d.finish(zone))
+    }
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.run(|d| d.open(zone))
+    }
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.run(|d| d.close(zone))
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        self.run(|d| d.sync())
+    }
+}
+
 struct Memory {
     dev: Arc<Fused>,
+    /// The process that mounted the store last.
+    process: Mutex<Option<Arc<Process>>>,
     setup: Setup,
     config: StoreConfig,
 }
@@ -491,6 +549,7 @@ impl Memory {
                 commands: AtomicU64::new(0),
                 blown: AtomicBool::new(false),
             }),
+            process: Mutex::new(None),
             setup: *setup,
             config: setup.config(),
         }
@@ -503,13 +562,18 @@ impl Backend for Memory {
     }
 
     fn try_mount(&self) -> valet_vfs::Result<Store> {
-        Store::open(
-            self.dev.clone() as Arc<dyn ZonedDevice>,
-            self.config.clone(),
-        )
+        let process = Arc::new(Process {
+            dev: self.dev.clone(),
+            dead: RwLock::new(false),
+        });
+        *self.process.lock().unwrap() = Some(process.clone());
+        Store::open(process as Arc<dyn ZonedDevice>, self.config.clone())
     }
 
     fn power_fail(&self) {
+        if let Some(process) = self.process.lock().unwrap().take() {
+            *process.dead.write().unwrap() = true;
+        }
         self.dev.fuse.store(u64::MAX, Ordering::SeqCst);
         self.dev.blown.store(false, Ordering::SeqCst);
         self.dev.dev.power_fail();

@@ -26,14 +26,21 @@
 //! past the write pointer of every zone written since the previous sync with zeros, so that
 //! the small synced writes that follow (a log record, a journal transaction) land in blocks
 //! the file system already holds. Only bytes past the write pointer are filled, which by
-//! the zone rules hold nothing.
+//! the zone rules hold nothing. The filling runs on a thread of the device's own after the
+//! sync returns, in 128 KiB steps; a write into the step being filled waits for it.
+//!
+//! Writes take the zone-table lock only to check and advance the write pointer: the data
+//! goes to the file with no lock held, so writes to different zones and reads proceed in
+//! parallel.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use super::io::{IoEngine, IoMode};
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
@@ -53,6 +60,8 @@ const PREPARE_AHEAD: u64 = 1 << 20;
 static ZEROS: [u8; PREPARE_AHEAD as usize] = [0; PREPARE_AHEAD as usize];
 /// A sync prepares a zone again once fewer than this many prepared bytes remain ahead.
 const PREPARE_LOW: u64 = PREPARE_AHEAD - (128 << 10);
+/// The filler writes this much at a time (a write into that range waits for it).
+const FILL_STEP: u64 = 128 << 10;
 
 /// How to open or create an image.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,6 +136,8 @@ struct State {
     prepared: Vec<u64>,
     /// Zones written since the last sync.
     touched: Vec<ZoneId>,
+    /// The range the filler is writing zeros to now: (zone, from, to) in zone bytes.
+    filling: Option<(ZoneId, u64, u64)>,
 }
 
 impl State {
@@ -144,6 +155,7 @@ impl State {
             seq,
             prepared: vec![0; zones],
             touched: Vec::new(),
+            filling: None,
         }
     }
 
@@ -158,18 +170,149 @@ impl State {
 ///
 /// Opening takes an exclusive `flock` on the file, so one image is used by one device at a
 /// time. Reads of data below the write pointer go to the file without holding the zone
-/// table lock; writes hold it while their data lands. Write pointers and states reach the
-/// image only through `sync`: what was not synced is gone after a restart, as on a drive
-/// with a volatile cache.
+/// table lock; writes hold it only to check and advance the write pointer. Write pointers
+/// and states reach the image only through `sync`: what was not synced is gone after a
+/// restart, as on a drive with a volatile cache.
 pub struct ImageDevice {
     path: PathBuf,
-    engine: IoEngine,
-    layout: Layout,
-    state: Mutex<State>,
+    core: Arc<Core>,
     /// Serialises `sync` calls so table copies are written in sequence order.
     sync_lock: Mutex<()>,
     syncs: AtomicU64,
     note: Option<String>,
+    filler: Filler,
+}
+
+/// What the device and its filler thread share.
+struct Core {
+    engine: IoEngine,
+    layout: Layout,
+    state: Mutex<State>,
+    /// Signalled when the filler finishes a step.
+    filled: Condvar,
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Table updates are validated before they change anything, so a poisoned lock still
+        // guards a consistent table.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The fill-ahead thread: woken after each sync, ended (and joined) when the device drops,
+/// so the image's lock is released when the device is gone.
+struct Filler {
+    wake: Option<Mutex<Sender<()>>>,
+    thread: Option<JoinHandle<()>>,
+    /// Fill rounds asked for and done (tests wait for the filler with these).
+    asked: Arc<AtomicU64>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    done: Arc<AtomicU64>,
+}
+
+impl Filler {
+    fn start(core: Arc<Core>) -> Filler {
+        let (tx, rx) = channel();
+        let asked = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicU64::new(0));
+        let (a, d) = (asked.clone(), done.clone());
+        let thread = std::thread::Builder::new()
+            .name("valet-image-fill".into())
+            .spawn(move || fill_loop(core, rx, a, d))
+            .ok();
+        Filler {
+            wake: Some(Mutex::new(tx)),
+            thread,
+            asked,
+            done,
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(tx) = &self.wake {
+            self.asked.fetch_add(1, Ordering::AcqRel);
+            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(());
+        }
+    }
+}
+
+impl Drop for ImageDevice {
+    fn drop(&mut self) {
+        self.filler.wake = None;
+        if let Some(thread) = self.filler.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn fill_loop(core: Arc<Core>, rx: Receiver<()>, asked: Arc<AtomicU64>, done: Arc<AtomicU64>) {
+    while rx.recv().is_ok() {
+        while rx.try_recv().is_ok() {}
+        let round = asked.load(Ordering::Acquire);
+        // Only a speed-up: a failure (a full host disk) leaves later small writes slower.
+        let _ = prepare_ahead(&core);
+        done.store(round, Ordering::Release);
+    }
+}
+
+/// Fills the bytes just past the write pointer of each zone written since the last sync
+/// with zeros (see the module comment), one step at a time, with the table lock held only
+/// to choose a step and to record it.
+fn prepare_ahead(core: &Core) -> Result<(), DeviceError> {
+    let touched = std::mem::take(&mut core.lock().touched);
+    let capacity = core.layout.geometry.zone_capacity;
+    for zone in touched {
+        // Top the zone up to a megabyte past its write pointer once less than
+        // PREPARE_LOW remains prepared.
+        let mut target = None;
+        loop {
+            let (from, to) = {
+                let mut st = core.lock();
+                let info = st.table.info(zone)?;
+                let wp = info.write_pointer;
+                let prepared = st.prepared[zone as usize].max(wp);
+                if !info.state.is_active() || prepared >= capacity {
+                    break;
+                }
+                let end = match target {
+                    Some(end) => end,
+                    None if prepared - wp >= PREPARE_LOW => break,
+                    None => *target.insert((wp + PREPARE_AHEAD).min(capacity)),
+                };
+                if prepared >= end {
+                    break;
+                }
+                let to = end.min(prepared + FILL_STEP);
+                st.filling = Some((zone, prepared, to));
+                (prepared, to)
+            };
+            let zeros = &ZEROS[..(to - from) as usize];
+            let at = core.layout.zone_start(zone) + from;
+            let wrote = core.engine.write_at(zeros, at);
+            if wrote.is_ok() {
+                // Start writing the zeros back now, so the next sync does not wait for them.
+                // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
+                unsafe {
+                    libc::sync_file_range(
+                        core.engine.file().as_raw_fd(),
+                        at as libc::off64_t,
+                        zeros.len() as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    );
+                }
+            }
+            let mut st = core.lock();
+            st.filling = None;
+            if wrote.is_ok() {
+                st.prepared[zone as usize] = st.prepared[zone as usize].max(to);
+            }
+            drop(st);
+            core.filled.notify_all();
+            wrote?;
+        }
+    }
+    Ok(())
 }
 
 impl ImageDevice {
@@ -217,15 +360,8 @@ impl ImageDevice {
         engine.write_at(&encode_slot(&layout, 1, &entries), layout.slot_offset(0))?;
         engine.sync_data()?;
         sync_parent_dir(path)?;
-        Ok(ImageDevice {
-            path: path.to_path_buf(),
-            engine,
-            layout,
-            state: Mutex::new(State::new(table, entries, 0, 1)),
-            sync_lock: Mutex::new(()),
-            syncs: AtomicU64::new(0),
-            note: None,
-        })
+        let state = State::new(table, entries, 0, 1);
+        Ok(Self::assemble(path, engine, layout, state, None))
     }
 
     /// Opens an existing image, taking the geometry from its header. Every structure is
@@ -270,15 +406,8 @@ impl ImageDevice {
         let (newest_slot, seq, entries, note) = choose_slot(slots).map_err(|why| bad(path, why))?;
         let table = ZoneTable::restore(layout.geometry, &entries)
             .map_err(|why| bad(path, format!("zone table: {why}")))?;
-        Ok(ImageDevice {
-            path: path.to_path_buf(),
-            engine,
-            layout,
-            state: Mutex::new(State::new(table, entries, newest_slot, seq)),
-            sync_lock: Mutex::new(()),
-            syncs: AtomicU64::new(0),
-            note,
-        })
+        let state = State::new(table, entries, newest_slot, seq);
+        Ok(Self::assemble(path, engine, layout, state, note))
     }
 
     /// Opens the image if it exists, creates it otherwise. An existing image whose geometry
@@ -293,7 +422,7 @@ impl ImageDevice {
             return Self::create(path, geometry, options);
         }
         let dev = Self::open(path, options)?;
-        let have = dev.layout.geometry;
+        let have = dev.core.layout.geometry;
         if have != geometry && !options.accept_existing_geometry {
             return Err(bad(
                 path,
@@ -307,6 +436,38 @@ impl ImageDevice {
         Ok(dev)
     }
 
+    fn assemble(
+        path: &Path,
+        engine: IoEngine,
+        layout: Layout,
+        state: State,
+        note: Option<String>,
+    ) -> Self {
+        let core = Arc::new(Core {
+            engine,
+            layout,
+            state: Mutex::new(state),
+            filled: Condvar::new(),
+        });
+        ImageDevice {
+            path: path.to_path_buf(),
+            filler: Filler::start(core.clone()),
+            core,
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            note,
+        }
+    }
+
+    /// Waits until the fill-ahead asked for by every sync so far is done (for tests).
+    #[cfg(test)]
+    fn wait_filled(&self) {
+        let asked = self.filler.asked.load(Ordering::Acquire);
+        while self.filler.done.load(Ordering::Acquire) < asked {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// The image file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -314,7 +475,7 @@ impl ImageDevice {
 
     /// The I/O engine in use: `"io_uring"` or `"sync"`.
     pub fn io_kind(&self) -> &'static str {
-        self.engine.kind()
+        self.core.engine.kind()
     }
 
     /// Number of `sync` calls that completed (each is one fdatasync of the image).
@@ -334,23 +495,21 @@ impl ImageDevice {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Table updates are validated before they change anything, so a poisoned lock still
-        // guards a consistent table.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.core.lock()
     }
 
     /// Gives a reset zone's blocks back to the file system; space only, so a file system
     /// without hole punching is fine.
     fn punch(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        let fd = self.engine.file().as_raw_fd();
-        let start = self.layout.zone_start(zone);
+        let fd = self.core.engine.file().as_raw_fd();
+        let start = self.core.layout.zone_start(zone);
         // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (checked in Layout).
         let rc = unsafe {
             libc::fallocate(
                 fd,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 start as libc::off_t,
-                self.layout.zone_stride as libc::off_t,
+                self.core.layout.zone_stride as libc::off_t,
             )
         };
         if rc == 0 {
@@ -366,7 +525,7 @@ impl ImageDevice {
 
 impl ZonedDevice for ImageDevice {
     fn geometry(&self) -> Geometry {
-        self.layout.geometry
+        self.core.layout.geometry
     }
 
     fn report_zones(&self) -> Vec<ZoneInfo> {
@@ -389,20 +548,35 @@ impl ZonedDevice for ImageDevice {
         during: &mut dyn FnMut(),
     ) -> Result<(), DeviceError> {
         let len = data.len() as u64;
-        let mut st = self.lock();
-        st.table.check_write(zone, offset, len)?;
-        self.engine
-            .write_at_while(data, self.layout.zone_start(zone) + offset, during)?;
-        st.touch(zone);
-        st.table.commit_write(zone, offset, len)
+        {
+            let mut st = self.lock();
+            let filling = |st: &State| {
+                st.filling
+                    .is_some_and(|(z, from, to)| z == zone && offset < to && from < offset + len)
+            };
+            while filling(&st) {
+                st = self.core.filled.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.table.commit_write(zone, offset, len)?;
+            st.touch(zone);
+        }
+        // The write pointer already covers the data: nothing else can be admitted into this
+        // range, and the store never reads what it has not seen written.
+        let at = self.core.layout.zone_start(zone) + offset;
+        if let Err(e) = self.core.engine.write_at_while(data, at, during) {
+            self.lock().table.undo_write(zone, offset, len);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
         let len = data.len() as u64;
         let mut st = self.lock();
         let offset = st.table.check_append(zone, len)?;
-        self.engine
-            .write_at(data, self.layout.zone_start(zone) + offset)?;
+        self.core
+            .engine
+            .write_at(data, self.core.layout.zone_start(zone) + offset)?;
         st.touch(zone);
         st.table.commit_write(zone, offset, len)?;
         Ok(offset)
@@ -414,8 +588,9 @@ impl ZonedDevice for ImageDevice {
             .check_read(zone, offset, buf.len() as u64)?;
         // Data below the write pointer does not change until a reset, so the read needs no
         // lock (a read racing a reset of its own zone is the caller's bug).
-        self.engine
-            .read_at(buf, self.layout.zone_start(zone) + offset)?;
+        self.core
+            .engine
+            .read_at(buf, self.core.layout.zone_start(zone) + offset)?;
         Ok(())
     }
 
@@ -450,57 +625,22 @@ impl ZonedDevice for ImageDevice {
             if entries != st.persisted {
                 let slot = 1 - st.newest_slot;
                 let seq = st.seq + 1;
-                let bytes = encode_slot(&self.layout, seq, &entries);
-                self.engine
-                    .write_at(&bytes, self.layout.slot_offset(slot))?;
+                let bytes = encode_slot(&self.core.layout, seq, &entries);
+                self.core
+                    .engine
+                    .write_at(&bytes, self.core.layout.slot_offset(slot))?;
                 st.persisted = entries;
                 st.newest_slot = slot;
                 st.seq = seq;
             }
         }
-        if let Err(e) = self.engine.sync_data() {
+        if let Err(e) = self.core.engine.sync_data() {
             // The kernel may have dropped the dirty table pages: write it again next time.
             self.lock().persisted.clear();
             return Err(e.into());
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        // Only a speed-up: the sync has succeeded, so a failure here (a full host disk)
-        // must not turn it into an error; the next small writes are merely slower.
-        let _ = self.prepare_ahead();
-        Ok(())
-    }
-}
-
-impl ImageDevice {
-    /// Fills the bytes just past the write pointer of each zone written since the last
-    /// sync with zeros (see the module comment). Holds the table lock, so no write can land
-    /// in the range being filled.
-    fn prepare_ahead(&self) -> Result<(), DeviceError> {
-        let mut st = self.lock();
-        let capacity = self.layout.geometry.zone_capacity;
-        for zone in std::mem::take(&mut st.touched) {
-            let info = st.table.info(zone)?;
-            let wp = info.write_pointer;
-            let prepared = st.prepared[zone as usize].max(wp);
-            if !info.state.is_active() || prepared >= capacity || prepared - wp >= PREPARE_LOW {
-                continue;
-            }
-            let end = (wp + PREPARE_AHEAD).min(capacity);
-            let zeros = &ZEROS[..(end - prepared) as usize];
-            let at = self.layout.zone_start(zone) + prepared;
-            self.engine.write_at(zeros, at)?;
-            // Start writing the zeros back now, so the next sync does not wait for them.
-            // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (see Layout).
-            unsafe {
-                libc::sync_file_range(
-                    self.engine.file().as_raw_fd(),
-                    at as libc::off64_t,
-                    zeros.len() as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
-            }
-            st.prepared[zone as usize] = end;
-        }
+        self.filler.wake();
         Ok(())
     }
 }
@@ -964,6 +1104,7 @@ mod tests {
         d.write(2, 0, &block(5)).unwrap();
         let before = allocated();
         d.sync().unwrap();
+        d.wait_filled();
         // The megabyte past the write pointer is now held by the file system ...
         assert!(
             allocated() >= before + PREPARE_AHEAD - BS as u64,
@@ -980,20 +1121,20 @@ mod tests {
         assert_eq!(buf, block(6));
         // A sync with plenty prepared ahead writes nothing more; untouched zones never.
         d.sync().unwrap();
+        d.wait_filled();
         let steady = allocated();
         d.write(2, 2 * BS as u64, &block(7)).unwrap();
         d.sync().unwrap();
+        d.wait_filled();
         assert_eq!(allocated(), steady);
         // Reset forgets what was prepared, so the next sync prepares the zone again.
         d.reset(2).unwrap();
         d.write(2, 0, &block(8)).unwrap();
         d.sync().unwrap();
+        d.wait_filled();
         d.read(2, 0, &mut buf).unwrap();
         assert_eq!(buf, block(8));
-        assert_eq!(
-            d.state.lock().unwrap().prepared[2],
-            BS as u64 + PREPARE_AHEAD
-        );
+        assert_eq!(d.core.lock().prepared[2], BS as u64 + PREPARE_AHEAD);
     }
 
     #[test]

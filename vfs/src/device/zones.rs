@@ -302,6 +302,25 @@ impl ZoneTable {
         Ok(())
     }
 
+    /// Takes back a write that [`ZoneTable::commit_write`] admitted but whose data never
+    /// landed (the host write failed), if nothing was admitted after it.
+    pub fn undo_write(&mut self, zone: ZoneId, offset: u64, len: u64) {
+        let i = zone as usize;
+        let Some(z) = self.zones.get_mut(i) else {
+            return;
+        };
+        if len == 0 || z.write_pointer != offset + len {
+            return;
+        }
+        z.write_pointer = offset;
+        let state = match (offset, z.state) {
+            (0, _) => ZoneState::Empty,
+            (_, ZoneState::Full) => ZoneState::Closed,
+            (_, s) => s,
+        };
+        self.set_state(i, state);
+    }
+
     fn zone(&self, zone: ZoneId) -> Result<&Zone, DeviceError> {
         self.zones
             .get(zone as usize)

@@ -1,124 +1,206 @@
 //! The ZNS resolver and zone lifecycle: which zone a stream appends to, opening zones within
-//! the device's active limit, resetting zones whose data all died.
+//! the device's active limit, sealing zones, resetting zones whose data all died.
+//!
+//! Allocation reserves blocks under the store's lock by advancing the store's write pointer
+//! of the zone; the caller writes them with no lock held (see [`Store::write_blocks`]) and
+//! the zone's `written` pointer follows. When allocation needs work that must not run under
+//! the lock (a commit that lets emptied zones be reset, a GC pass), it says so with a
+//! [`Need`] and the caller does that work and asks again.
+
+use std::sync::atomic::Ordering;
 
 use super::state::MetaOp;
 use super::zone_map::{StreamKey, ZoneUse};
-use super::Inner;
+use super::{Inner, Store};
 use crate::device::ZoneId;
 use crate::hint::Hint;
 use crate::resolver::ZnsHead;
 use crate::{Error, Result};
+
+/// Blocks reserved for one write: `(zone, first block, blocks)`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reserved {
+    pub zone: ZoneId,
+    pub block: u32,
+    pub blocks: u32,
+}
+
+/// Work an allocation needs done outside the lock before it can succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Need {
+    /// A commit: zones whose data died become free once it is durable.
+    Commit,
+    /// A GC pass; `eager` collects ahead of need (only victims worth it).
+    Collect { eager: bool },
+    /// Writes in flight must complete first (a zone to seal is still being written).
+    InFlight,
+}
+
+impl Store {
+    /// Reserves up to `want` blocks for stream `key` and pins their zone; the caller writes
+    /// them with [`Store::write_blocks`]. Runs commits and GC passes as allocation needs
+    /// them. `for_gc` may dip into the reserve and never starts another collection.
+    pub(super) fn allocate(
+        &self,
+        key: StreamKey,
+        hint: &Hint,
+        want: u32,
+        for_gc: bool,
+    ) -> Result<Reserved> {
+        let mut collected = false;
+        loop {
+            let need = {
+                let mut inner = self.lock()?;
+                match inner.try_allocate(key, hint, want, for_gc, collected)? {
+                    Ok(r) => {
+                        self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
+                        return Ok(r);
+                    }
+                    Err(need) => match need {
+                        Need::InFlight => {
+                            drop(self.wait(inner)?);
+                            continue;
+                        }
+                        need => need,
+                    },
+                }
+            };
+            match need {
+                Need::Commit => self.commit()?,
+                Need::Collect { eager } => {
+                    collected = true;
+                    self.collect(eager)?;
+                }
+                Need::InFlight => {}
+            }
+        }
+    }
+}
 
 impl Inner {
     fn blocks_per_zone(&self) -> u64 {
         self.state.geometry.blocks_per_zone()
     }
 
-    /// Chooses where up to `want` blocks of stream `key` go: `(zone, first block, blocks)`.
-    /// The caller writes them and calls [`Inner::advance`]. `for_gc` may dip into the
-    /// reserve and never starts another collection.
-    pub(super) fn allocate(
+    /// One allocation attempt under the lock: blocks reserved, or the work that must be
+    /// done first. Below the GC threshold it asks for one eager collection per allocation
+    /// (`collected` says it ran): spreading the work keeps a nearly full device from
+    /// re-compacting everything on every flush. Only when no zone is left outside the
+    /// reserve does it ask for collections until one frees.
+    pub(super) fn try_allocate(
         &mut self,
         key: StreamKey,
         hint: &Hint,
         want: u32,
         for_gc: bool,
-    ) -> Result<(ZoneId, u32, u32)> {
-        // Below the threshold, collect one victim per allocation: spreading the work keeps
-        // a nearly full device from re-compacting everything on every flush. Only when no
-        // zone is left outside the reserve does collection loop until one frees.
+        collected: bool,
+    ) -> Result<std::result::Result<Reserved, Need>> {
         if !for_gc {
             self.current_group.insert(key, hint.group);
         }
-        let mut collected = false;
-        loop {
-            if let Some(found) = self.use_head(key, hint, want)? {
-                return Ok(found);
-            }
-            // Collecting may itself open a head for this stream: look again after each step.
-            if !for_gc && !collected && (self.free.len() as u32) < self.config.gc_threshold_zones {
-                collected = true;
-                if !self.to_reset.is_empty() {
-                    self.commit()?;
-                    continue;
-                }
-                if self.gc_one(true)? {
-                    continue;
-                }
-            }
-            let reserve = if for_gc {
-                0
-            } else {
-                self.config.gc_reserve_zones as usize
-            };
-            if self.free.len() > reserve {
-                let zone = self.open_zone(key)?;
-                self.heads.insert(
-                    key,
-                    ZnsHead {
-                        zone,
-                        group: hint.group,
-                    },
-                );
-                let tick = self.touch();
-                self.head_used.insert(key, tick);
-                return Ok((zone, 0, self.blocks_per_zone().min(want as u64) as u32));
-            }
-            if !self.to_reset.is_empty() {
-                self.commit()?;
-                continue;
-            }
-            if !for_gc && self.gc_one(false)? {
-                continue;
-            }
-            if self.retire_empty_heads() {
-                self.commit()?;
-                continue;
-            }
-            let live = self.state.zones.total_valid() * self.state.block_size();
-            return Err(Error::NoSpace(format!(
-                "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
-                self.state.geometry.capacity_bytes()
-            )));
+        if let Some(found) = self.use_head(key, hint, want)? {
+            return Ok(Ok(self.reserve(found)));
         }
+        let short = (self.free.len() as u32) < self.config.gc_threshold_zones;
+        if !for_gc && !collected && short {
+            if !self.to_reset.is_empty() {
+                return Ok(Err(Need::Commit));
+            }
+            if self.gc_victim(self.blocks_per_zone() / 8).is_some() {
+                return Ok(Err(Need::Collect { eager: true }));
+            }
+        }
+        let reserve = if for_gc {
+            0
+        } else {
+            self.config.gc_reserve_zones as usize
+        };
+        if self.free.len() > reserve {
+            let zone = match self.open_zone(key)? {
+                Ok(zone) => zone,
+                Err(need) => return Ok(Err(need)),
+            };
+            self.heads.insert(
+                key,
+                ZnsHead {
+                    zone,
+                    group: hint.group,
+                },
+            );
+            let tick = self.touch();
+            self.head_used.insert(key, tick);
+            let blocks = self.blocks_per_zone().min(want as u64) as u32;
+            return Ok(Ok(self.reserve(Reserved {
+                zone,
+                block: 0,
+                blocks,
+            })));
+        }
+        if !self.to_reset.is_empty() {
+            return Ok(Err(Need::Commit));
+        }
+        if !for_gc && self.gc_victim(1).is_some() {
+            return Ok(Err(Need::Collect { eager: false }));
+        }
+        if self.retire_empty_heads() {
+            return Ok(Err(Need::Commit));
+        }
+        if self.seal_pending.iter().any(|&s| s) {
+            return Ok(Err(Need::InFlight));
+        }
+        let live = self.state.zones.total_valid() * self.state.block_size();
+        Err(Error::NoSpace(format!(
+            "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
+            self.state.geometry.capacity_bytes()
+        )))
+    }
+
+    /// Advances the store's write pointer over reserved blocks.
+    fn reserve(&mut self, r: Reserved) -> Reserved {
+        debug_assert_eq!(self.wp[r.zone as usize], r.block as u64);
+        self.wp[r.zone as usize] += r.blocks as u64;
+        r
     }
 
     /// The stream's head zone if it can take this hint's data.
-    fn use_head(
-        &mut self,
-        key: StreamKey,
-        hint: &Hint,
-        want: u32,
-    ) -> Result<Option<(ZoneId, u32, u32)>> {
+    fn use_head(&mut self, key: StreamKey, hint: &Hint, want: u32) -> Result<Option<Reserved>> {
         let cap = self.blocks_per_zone();
         let Some(head) = self.heads.get(&key).copied() else {
             return Ok(None);
         };
         let wp = self.wp[head.zone as usize];
-        if wp >= cap {
+        if wp >= cap || self.fault[head.zone as usize] {
             self.retire_head(key);
             return Ok(None);
         }
         if !head.accepts(hint) && wp > 0 {
             // The policy wants this lifetime group apart: seal the zone.
-            self.finish_zone(head.zone)?;
+            self.seal(head.zone)?;
             self.retire_head(key);
             return Ok(None);
         }
         self.heads.get_mut(&key).expect("head").group = hint.group;
         let tick = self.touch();
         self.head_used.insert(key, tick);
-        Ok(Some((
-            head.zone,
-            wp as u32,
-            (cap - wp).min(want as u64) as u32,
-        )))
+        Ok(Some(Reserved {
+            zone: head.zone,
+            block: wp as u32,
+            blocks: (cap - wp).min(want as u64) as u32,
+        }))
     }
 
-    /// Notes that `blocks` were written at the zone's write pointer.
-    pub(super) fn advance(&mut self, zone: ZoneId, blocks: u32) {
-        self.wp[zone as usize] += blocks as u64;
+    /// Notes that the device write of `blocks` at `block` completed (writes of a zone
+    /// complete in reservation order); finishes the zone if it was waiting for that.
+    pub(super) fn wrote(&mut self, zone: ZoneId, block: u32, blocks: u32) -> Result<()> {
+        let z = zone as usize;
+        debug_assert_eq!(self.written[z], block as u64);
+        self.written[z] = block as u64 + blocks as u64;
         self.unsynced_writes = true;
+        self.changes += 1;
+        if self.seal_pending[z] && self.written[z] == self.wp[z] {
+            self.seal(zone)?;
+        }
+        Ok(())
     }
 
     /// Data zones holding a partial write pointer: each holds an active-zone resource.
@@ -142,12 +224,11 @@ impl Inner {
     }
 
     /// Takes a free zone for stream `key`, making room under the active limit first.
-    fn open_zone(&mut self, key: StreamKey) -> Result<ZoneId> {
+    fn open_zone(&mut self, key: StreamKey) -> Result<std::result::Result<ZoneId, Need>> {
         while self.active_data_zones() >= self.active_budget() {
             if !self.to_reset.is_empty() {
                 // Emptied zones still hold active resources until their reset.
-                self.commit()?;
-                continue;
+                return Ok(Err(Need::Commit));
             }
             // Seal the least recently used other stream's zone (what a drive would need).
             let victim = self
@@ -157,12 +238,18 @@ impl Inner {
                 .min_by_key(|(k, _)| self.head_used.get(k).copied().unwrap_or(0))
                 .map(|(k, h)| (*k, h.zone));
             let Some((victim_key, zone)) = victim else {
+                if self.seal_pending.iter().any(|&s| s) {
+                    return Ok(Err(Need::InFlight));
+                }
                 return Err(Error::NoSpace(
                     "more streams than the device's active zones allow".into(),
                 ));
             };
-            self.finish_zone(zone)?;
+            self.seal(zone)?;
             self.retire_head(victim_key);
+            if self.seal_pending[zone as usize] {
+                return Ok(Err(Need::InFlight));
+            }
         }
         let zone = *self
             .free
@@ -174,14 +261,28 @@ impl Inner {
             zone,
             owner: ZoneUse::Data(key),
         })?;
-        Ok(zone)
+        Ok(Ok(zone))
     }
 
-    pub(super) fn finish_zone(&mut self, zone: ZoneId) -> Result<()> {
+    /// Finishes a zone so it stops holding an active resource; a zone with writes in
+    /// flight is finished when the last of them completes. (Finish is a zone-table update
+    /// on the emulated device and one `ftruncate` on zonefs: it may run under the lock.)
+    pub(super) fn seal(&mut self, zone: ZoneId) -> Result<()> {
+        let z = zone as usize;
+        if self.written[z] != self.wp[z] {
+            self.seal_pending[z] = true;
+            return Ok(());
+        }
+        self.seal_pending[z] = false;
+        if self.wp[z] >= self.blocks_per_zone() {
+            return Ok(());
+        }
         self.device.finish(zone)?;
-        self.wp[zone as usize] = self.blocks_per_zone();
+        self.wp[z] = self.blocks_per_zone();
+        self.written[z] = self.wp[z];
         self.counters.finishes += 1;
         self.unsynced_writes = true;
+        self.changes += 1;
         Ok(())
     }
 
@@ -225,7 +326,7 @@ impl Inner {
 
     /// Stops appending to `key`'s head zone; if none of its data is live any more, it is
     /// reset after the next commit.
-    fn retire_head(&mut self, key: StreamKey) {
+    pub(super) fn retire_head(&mut self, key: StreamKey) {
         if let Some(head) = self.heads.remove(&key) {
             if self.state.zones.valid_blocks(head.zone) == 0 {
                 self.to_reset.insert(head.zone);
@@ -233,18 +334,29 @@ impl Inner {
         }
     }
 
-    /// Resets the zones freed by the last commit and returns them to the free list.
-    pub(super) fn reset_freed_zones(&mut self) -> Result<()> {
-        let zones = std::mem::take(&mut self.to_reset);
-        for zone in zones {
+    /// A zone the device has just reset goes back to the free list.
+    pub(super) fn zone_emptied(&mut self, zone: ZoneId) -> Result<()> {
+        let z = zone as usize;
+        self.wp[z] = 0;
+        self.written[z] = 0;
+        self.fault[z] = false;
+        self.seal_pending[z] = false;
+        self.counters.resets += 1;
+        if self.state.zones.owner[z].is_some() {
+            self.record(MetaOp::ReleaseZone { zone })?;
+        }
+        self.free.insert(zone);
+        Ok(())
+    }
+
+    /// Resets the zones in the reset list now (mount only: nothing else runs yet).
+    pub(super) fn reset_now(&mut self) -> Result<()> {
+        for zone in std::mem::take(&mut self.to_reset) {
             if self.state.zones.valid_blocks(zone) != 0 {
                 continue;
             }
             self.device.reset(zone)?;
-            self.wp[zone as usize] = 0;
-            self.counters.resets += 1;
-            self.record(MetaOp::ReleaseZone { zone })?;
-            self.free.insert(zone);
+            self.zone_emptied(zone)?;
         }
         Ok(())
     }

@@ -1,63 +1,81 @@
 //! Write buffers: a pool of extent-sized buffers allocated once at mount.
 //!
-//! A file that is written takes one buffer; it covers a block-aligned window of the file
-//! that the next flush writes as one extent. No buffer is allocated on the write path:
-//! when the pool is empty, the store flushes the least recently used file and takes its
-//! buffer.
+//! A file being written holds one buffer as its window: a block-aligned range of the file
+//! that the next flush writes as one extent. A flush detaches the buffer from the file and
+//! hands it to whoever writes it to the device (the guest's own thread for a sync, the
+//! background writer for a full buffer); the buffer comes back to the pool when its write
+//! is recorded. The pool never grows: when every buffer is in flight, a writer waits for
+//! one to come back (back-pressure, counted in the stats).
 
-/// Index of a buffer in the pool.
-pub type BufId = usize;
+use std::sync::Arc;
 
-/// Fixed set of equally sized buffers.
+/// Fixed set of equally sized buffers; the ones out of the pool are owned by windows or by
+/// in-flight flushes.
 pub struct BufferPool {
-    buffers: Vec<Box<[u8]>>,
-    free: Vec<BufId>,
+    free: Vec<Vec<u8>>,
+    size: usize,
 }
 
 impl BufferPool {
     pub fn new(count: usize, size: usize) -> Self {
         BufferPool {
-            buffers: (0..count)
-                .map(|_| vec![0u8; size].into_boxed_slice())
-                .collect(),
-            free: (0..count).rev().collect(),
+            free: (0..count).map(|_| vec![0u8; size]).collect(),
+            size,
         }
     }
 
-    pub fn take(&mut self) -> Option<BufId> {
+    pub fn take(&mut self) -> Option<Vec<u8>> {
         self.free.pop()
     }
 
-    pub fn give_back(&mut self, id: BufId) {
-        debug_assert!(!self.free.contains(&id));
-        self.free.push(id);
-    }
-
-    pub fn get(&self, id: BufId) -> &[u8] {
-        &self.buffers[id]
-    }
-
-    pub fn get_mut(&mut self, id: BufId) -> &mut [u8] {
-        &mut self.buffers[id]
+    pub fn give_back(&mut self, buf: Vec<u8>) {
+        debug_assert_eq!(buf.len(), self.size);
+        self.free.push(buf);
     }
 
     pub fn buffer_size(&self) -> usize {
-        self.buffers.first().map_or(0, |b| b.len())
+        self.size
     }
 }
 
 /// The window of a file a buffer holds: bytes `[start, start + len)` of the file, with
 /// `start` block aligned. `dirty` is false after a flush that kept a partial last block
 /// in the buffer (it is on the device, but the next flush must rewrite it with what follows).
-#[derive(Clone, Copy, Debug)]
 pub struct Window {
-    pub buf: BufId,
+    pub buf: Vec<u8>,
     pub start: u64,
     pub len: usize,
     pub dirty: bool,
 }
 
 impl Window {
+    pub fn end(&self) -> u64 {
+        self.start + self.len as u64
+    }
+}
+
+/// A window detached for flushing: its bytes stay readable (reads overlay them on what the
+/// device holds) until the write is recorded, and stay with the file if the write fails.
+pub struct Detached {
+    /// The buffer, shared read-only with the thread writing it. Bytes past `len` up to the
+    /// block boundary are the padding the flusher filled in before detaching.
+    pub buf: Arc<Vec<u8>>,
+    pub start: u64,
+    /// Guest bytes in the buffer (the padded length is `len` rounded up to a block).
+    pub len: usize,
+    /// File size when detached: the size grows to it with the extents.
+    pub size: u64,
+    /// Journal exactly this size with the extents (a shrink by `ftruncate`).
+    pub set_size: Option<u64>,
+    /// The buffer belongs to the pool (else it is dropped once written).
+    pub pooled: bool,
+    /// Being written by some thread (false: waiting, or failed and kept for a retry).
+    pub writing: bool,
+    /// Why the last write of this buffer failed.
+    pub error: Option<String>,
+}
+
+impl Detached {
     pub fn end(&self) -> u64 {
         self.start + self.len as u64
     }

@@ -156,7 +156,11 @@ impl Inner {
         Ok(buf.len())
     }
 
-    pub(super) fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<()> {
+    /// `ftruncate` of a conventional file, first half: the new size in the namespace. A
+    /// smaller size is journaled, and must be durable before any byte goes (returns true:
+    /// the caller commits, then calls [`Inner::set_len_conventional_host`]), so a crash
+    /// leaves the file as it was before the truncate or after it, never zeros past a new end.
+    pub(super) fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<bool> {
         let now = super::now_ns();
         let inode = self.state.inode_mut(ino)?;
         let shrinking = size < inode.size;
@@ -164,8 +168,6 @@ impl Inner {
         inode.mtime_ns = now;
         inode.ctime_ns = now;
         if shrinking {
-            // The smaller size is durable before any byte goes, so a crash leaves the file
-            // as it was before the truncate or after it, never zeros past a new end.
             let op = super::state::MetaOp::SetAttr {
                 ino,
                 size,
@@ -174,10 +176,16 @@ impl Inner {
                 ctime_ns: now,
             };
             self.record(op)?;
-            self.commit()?;
         }
+        Ok(shrinking)
+    }
+
+    /// `ftruncate` of a conventional file, second half: the host file.
+    pub(super) fn set_len_conventional_host(&mut self, ino: Ino, size: u64) -> Result<()> {
         self.host_file(ino)?.set_len(size)?;
-        self.open.get_mut(&ino).expect("open").host_dirty = true;
+        if let Some(of) = self.open.get_mut(&ino) {
+            of.host_dirty = true;
+        }
         Ok(())
     }
 

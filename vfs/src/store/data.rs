@@ -1,252 +1,804 @@
 //! The file data path: writes into a file's window, flushes as extents, reads.
 //!
-//! A zoned file being written owns one buffer from the pool, holding a block-aligned window
-//! of the file. Writes that continue the window are copied into it; anything else first
-//! flushes the window and opens a new one at the write's block (reading the existing bytes
-//! of that block, so partial-block overwrites work). A flush pads the window to whole blocks
-//! (with the file's existing bytes, or zeros past the end), lets the allocator choose where
-//! it goes, and maps it over whatever the file had there: in-place writes become out-of-place
-//! ones. After a flush the last partial block stays in the window, so the next flush rewrites
-//! it together with what follows.
+//! A zoned file being written holds one buffer from the pool as its window: a block-aligned
+//! range of the file. Writes that continue the window are copied into it under the store's
+//! lock and return (the fast path). A full window is detached and handed to the background
+//! writer; the guest's write returns without waiting for the device. A write elsewhere in
+//! the file detaches the window and opens a new one at the write's block, holding the
+//! file's bytes between the block start and the write (read with no lock held).
+//!
+//! A flush pads the last block with what the file holds after the window (or zeros past
+//! its end), reserves blocks in the stream's zone (allocate-on-flush), writes them with no
+//! lock held, and then records the extents over whatever the file had there: in-place
+//! writes become out-of-place ones. Until that record, reads see the detached bytes; if the
+//! device write fails, the bytes stay with the file and the next sync tries again.
+//!
+//! After a flush the last partial block stays in a new window (when a buffer is free), so
+//! the next flush rewrites it together with what follows.
 
-use super::buffer::Window;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
+
+use super::alloc::Reserved;
+use super::buffer::{Detached, Window};
+use super::events::Event;
 use super::extent_map::Extent;
-use super::state::{Ino, MetaOp, State};
+use super::state::{Ino, MetaOp};
 use super::zone_map::StreamKey;
-use super::{now_ns, Inner};
-use crate::device::ZonedDevice;
-use crate::hint::{Class, FileEvent};
+use super::{now_ns, Inner, Store};
+use crate::hint::Class;
 use crate::{Error, Result};
 
 /// Largest file: keeps file block numbers and offsets far from overflow.
 const MAX_FILE_SIZE: u64 = 1 << 46;
 
-impl Inner {
-    fn is_conventional(&self, ino: Ino) -> Result<bool> {
-        Ok(self.state.inode(ino)?.hint.class == Class::Conventional)
-    }
+/// A device read planned under the lock: bytes `[dst, dst + len)` of the caller's buffer
+/// come from `zone` at byte `at`.
+struct DeviceRead {
+    zone: u32,
+    at: u64,
+    dst: usize,
+    len: usize,
+}
 
-    /// Writes all of `data` at `offset`.
-    pub(super) fn write(&mut self, ino: Ino, data: &[u8], offset: u64) -> Result<()> {
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or(Error::TooLarge)?;
+impl Store {
+    /// Writes all of `data` at `offset` (at the end of file for an append handle); returns
+    /// the offset written at.
+    pub(super) fn write_data(&self, id: u64, ino: Ino, data: &[u8], offset: u64) -> Result<u64> {
+        self.check_running()?;
+        let mut inner = self.lock()?;
+        let h = inner.handle(id)?;
+        if !h.write {
+            return Err(Error::NotPermitted("writing"));
+        }
+        let at = if h.append {
+            inner.state.inode(ino)?.size
+        } else {
+            offset
+        };
+        let end = at.checked_add(data.len() as u64).ok_or(Error::TooLarge)?;
         if end > MAX_FILE_SIZE {
             return Err(Error::TooLarge);
         }
         if data.is_empty() {
-            return Ok(());
+            return Ok(at);
         }
-        let inode = self.state.inode(ino)?;
+        let inode = inner.state.inode(ino)?;
         let (tenant, class, stream) = (inode.tenant, inode.hint.class, inode.hint.stream);
-        *self.counters.tenant_host.entry(tenant).or_default() += data.len() as u64;
+        *inner.counters.tenant_host.entry(tenant).or_default() += data.len() as u64;
         if class == Class::Conventional {
-            return self.write_conventional(ino, data, offset);
+            inner.write_conventional(ino, data, at)?;
+            return Ok(at);
         }
         let key = StreamKey { tenant, stream };
-        self.counters.streams.entry(key).or_default().host += data.len() as u64;
-        let tick = self.touch();
-        let buf_size = self.pool.buffer_size() as u64;
-        let of = self.open.get_mut(&ino).ok_or(Error::BadHandle)?;
-        of.last_use = tick;
-        of.unreported += data.len() as u64;
-        // Fast path: the write continues or overwrites the window and leaves it not full.
-        if let Some(w) = of.window.as_mut() {
-            let end = offset + data.len() as u64;
-            if w.start <= offset && offset <= w.end() && end < w.start + buf_size {
-                let at = (offset - w.start) as usize;
-                self.pool.get_mut(w.buf)[at..at + data.len()].copy_from_slice(data);
-                w.len = w.len.max(at + data.len());
-                w.dirty = true;
-                let inode = self.state.inode_mut(ino)?;
-                inode.size = inode.size.max(end);
-                inode.mtime_ns = now_ns();
-                return Ok(());
-            }
+        inner.counters.streams.entry(key).or_default().host += data.len() as u64;
+        if inner.copy_into_window(ino, data, at)? {
+            return Ok(at);
         }
+        drop(inner);
+        self.write_slow(ino, data, at)?;
+        Ok(at)
+    }
 
+    /// The write path when the window does not simply take the bytes: windows are
+    /// detached and started as needed.
+    fn write_slow(&self, ino: Ino, data: &[u8], offset: u64) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
             let pos = offset + done as u64;
-            let window = match self.open[&ino].window {
-                Some(w) if w.start <= pos && pos <= w.end() && pos < w.start + buf_size => w,
-                _ => self.start_window(ino, pos)?,
-            };
-            let at = (pos - window.start) as usize;
-            let n = (data.len() - done).min(buf_size as usize - at);
-            self.pool.get_mut(window.buf)[at..at + n].copy_from_slice(&data[done..done + n]);
-            let w = self
-                .open
-                .get_mut(&ino)
-                .and_then(|o| o.window.as_mut())
-                .expect("window just set");
-            w.len = w.len.max(at + n);
-            w.dirty = true;
-            let full = w.len == buf_size as usize;
-            let inode = self.state.inode_mut(ino)?;
-            inode.size = inode.size.max(pos + n as u64);
-            done += n;
-            if full {
-                self.flush(ino)?;
+            let mut inner = self.lock_idle(ino)?;
+            let buf_size = inner.pool.buffer_size() as u64;
+            let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+            match &mut of.window {
+                Some(w) if w.start <= pos && pos <= w.end() && pos < w.start + buf_size => {
+                    let at = (pos - w.start) as usize;
+                    let n = (data.len() - done).min(buf_size as usize - at);
+                    w.buf[at..at + n].copy_from_slice(&data[done..done + n]);
+                    w.len = w.len.max(at + n);
+                    w.dirty = true;
+                    let full = w.len == buf_size as usize;
+                    of.unreported += n as u64;
+                    let inode = inner.state.inode_mut(ino)?;
+                    inode.size = inode.size.max(pos + n as u64);
+                    inode.mtime_ns = now_ns();
+                    done += n;
+                    if full {
+                        // A full window ends on a block boundary: nothing to pad.
+                        inner.detach(ino, Vec::new())?;
+                        inner.counters.background_flushes += 1;
+                        drop(inner);
+                        self.shared.writer.push(ino);
+                    }
+                }
+                Some(w) if w.dirty => {
+                    drop(inner);
+                    self.flush_window(ino)?;
+                    self.shared.writer.push(ino);
+                }
+                Some(_) => {
+                    let w = of.window.take().expect("matched");
+                    inner.pool.give_back(w.buf);
+                }
+                None => {
+                    drop(inner);
+                    self.start_window(ino, pos)?;
+                }
             }
         }
-        self.state.inode_mut(ino)?.mtime_ns = now_ns();
         Ok(())
     }
 
-    /// The stream a file's zoned data goes to.
-    fn stream_of(&self, ino: Ino) -> Result<StreamKey> {
-        let inode = self.state.inode(ino)?;
-        Ok(StreamKey {
-            tenant: inode.tenant,
-            stream: inode.hint.stream,
-        })
+    /// Locks the store once `ino` is not busy (see the module docs).
+    fn lock_idle(&self, ino: Ino) -> Result<MutexGuard<'_, Inner>> {
+        let mut inner = self.lock()?;
+        while inner.open.get(&ino).is_some_and(|o| o.busy) {
+            inner = self.wait(inner)?;
+        }
+        Ok(inner)
     }
 
-    /// Flushes the file's current window (if any) and opens one at `pos`'s block, holding
-    /// the file's bytes between the block start and `pos`.
-    fn start_window(&mut self, ino: Ino, pos: u64) -> Result<Window> {
-        self.flush(ino)?;
-        let bs = self.state.block_size();
+    /// Sets or clears a file's busy flag.
+    fn set_busy(&self, inner: &mut Inner, ino: Ino, busy: bool) {
+        if let Some(of) = inner.open.get_mut(&ino) {
+            of.busy = busy;
+        }
+        if !busy {
+            self.notify();
+        }
+    }
+
+    /// Opens a window at `pos`'s block holding the file's bytes before `pos` in that block.
+    fn start_window(&self, ino: Ino, pos: u64) -> Result<()> {
+        let inner = self.lock_idle(ino)?;
+        let (mut inner, buf) = self.take_buffer(inner, ino)?;
+        let bs = inner.state.block_size();
         let start = pos / bs * bs;
-        let buf = match self.open[&ino].window {
-            Some(w) => w.buf,
-            None => self.take_buffer(ino)?,
-        };
-        let window = Window {
+        let size = inner.state.inode(ino)?.size;
+        // Bytes past the end of file read as zeros, whatever an old block still holds.
+        let prefix = (pos.min(size).max(start) - start) as usize;
+        let mut window = Window {
             buf,
             start,
             len: (pos - start) as usize,
             dirty: false,
         };
-        // Drop the old window before reading, so the prefix comes from the device.
-        self.open.get_mut(&ino).expect("open").window = None;
-        if window.len > 0 {
-            let prefix = &mut self.pool.get_mut(buf)[..window.len];
-            read_mapped(&self.state, &*self.device, ino, prefix, start)?;
+        window.buf[..window.len].fill(0);
+        if prefix > 0 {
+            self.set_busy(&mut inner, ino, true);
+            let mut bytes = vec![0u8; prefix];
+            let read = self.read_range(inner, ino, &mut bytes, start);
+            inner = self.lock()?;
+            self.set_busy(&mut inner, ino, false);
+            if let Err(e) = read {
+                inner.pool.give_back(window.buf);
+                return Err(e);
+            }
+            window.buf[..prefix].copy_from_slice(&bytes);
         }
-        self.open.get_mut(&ino).expect("open").window = Some(window);
-        Ok(window)
-    }
-
-    /// A buffer from the pool, or the least recently used file's after flushing it.
-    fn take_buffer(&mut self, ino: Ino) -> Result<usize> {
-        if let Some(b) = self.pool.take() {
-            return Ok(b);
-        }
-        let victim = self
-            .open
-            .iter()
-            .filter(|(&i, o)| i != ino && o.window.is_some())
-            .min_by_key(|(_, o)| o.last_use)
-            .map(|(&i, _)| i)
-            .ok_or_else(|| Error::NoSpace("no write buffer available".into()))?;
-        self.flush(victim)?;
-        let w = self
-            .open
-            .get_mut(&victim)
-            .and_then(|o| o.window.take())
-            .expect("victim has a window");
-        Ok(w.buf)
-    }
-
-    /// Writes the file's dirty window to the device as extents, then commits if enough
-    /// metadata is pending.
-    pub(super) fn flush(&mut self, ino: Ino) -> Result<()> {
-        self.flush_window(ino)?;
-        self.commit_if_due()
-    }
-
-    /// Writes the file's dirty window to the device as extents.
-    fn flush_window(&mut self, ino: Ino) -> Result<()> {
-        let Some(window) = self.open.get(&ino).and_then(|o| o.window) else {
-            return Ok(());
-        };
-        if !window.dirty {
-            return Ok(());
-        }
-        let bs = self.state.block_size();
-        let size = self.state.inode(ino)?.size;
-        let end = window.end();
-        let padded_end = end.div_ceil(bs) * bs;
-        // Pad the last block with what the file holds after the window, or zeros.
-        if padded_end > end {
-            let tail = &mut self.pool.get_mut(window.buf)
-                [window.len..(padded_end - window.start) as usize];
-            let upto = (size.max(end).min(padded_end) - end) as usize;
-            read_mapped(&self.state, &*self.device, ino, &mut tail[..upto], end)?;
-            tail[upto..].fill(0);
-        }
-        let key = self.stream_of(ino)?;
-        let mut hint = self.state.inode(ino)?.hint;
-        let stream_bytes = self.counters.streams.get(&key).map_or(0, |c| c.host);
-        hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
-        // Size first: a commit between the records (allocation may commit) must never make
-        // extents durable past the durable size.
-        self.record_attr(ino)?;
-        let total = (padded_end - window.start) as usize;
-        let mut written = 0usize;
-        while written < total {
-            let (zone, block, nblocks) =
-                self.allocate(key, &hint, ((total - written) as u64 / bs) as u32, false)?;
-            let len = nblocks as usize * bs as usize;
-            let data = &self.pool.get(window.buf)[written..written + len];
-            let mut crc = 0;
-            self.device
-                .write_overlapped(zone, block as u64 * bs, data, &mut || {
-                    crc = crc32c::crc32c(data)
-                })?;
-            self.advance(zone, nblocks);
-            self.counters.streams.entry(key).or_default().device += len as u64;
-            self.record(MetaOp::MapExtent {
-                ino,
-                file_block: (window.start + written as u64) / bs,
-                extent: Extent {
-                    zone,
-                    block,
-                    len: nblocks,
-                },
-                crc,
-            })?;
-            written += len;
-        }
-        // Keep the last partial block: the next flush rewrites it with what follows.
-        let keep_from = end / bs * bs;
-        let keep = (end - keep_from) as usize;
-        let skip = (keep_from - window.start) as usize;
-        self.pool
-            .get_mut(window.buf)
-            .copy_within(skip..skip + keep, 0);
-        let of = self.open.get_mut(&ino).expect("open");
-        of.window = Some(Window {
-            buf: window.buf,
-            start: keep_from,
-            len: keep,
-            dirty: false,
-        });
-        let unreported = std::mem::take(&mut of.unreported);
-        if unreported > 0 {
-            self.report_written(ino, unreported);
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        match &of.window {
+            None => of.window = Some(window),
+            // Another thread opened one meanwhile: use it.
+            Some(_) => inner.pool.give_back(window.buf),
         }
         Ok(())
     }
 
-    fn report_written(&self, ino: Ino, bytes: u64) {
-        let Ok(inode) = self.state.inode(ino) else {
-            return;
+    /// A free buffer for `ino`'s new window. When the pool is empty, takes the buffer of the
+    /// least recently used clean window, or hands dirty ones to the writer and waits for a
+    /// buffer to come back (back-pressure, counted in the stats).
+    fn take_buffer<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        ino: Ino,
+    ) -> Result<(MutexGuard<'a, Inner>, Vec<u8>)> {
+        let mut waited: Option<Instant> = None;
+        loop {
+            if let Some(buf) = inner.pool.take() {
+                if let Some(since) = waited {
+                    inner.counters.buffer_waits += 1;
+                    inner.counters.buffer_wait_ns += since.elapsed().as_nanos() as u64;
+                }
+                return Ok((inner, buf));
+            }
+            // The least recently used other window gives its buffer up: at once if clean,
+            // once written if dirty.
+            let victim = inner
+                .open
+                .iter()
+                .filter(|(&i, o)| i != ino && !o.busy)
+                .filter_map(|(&i, o)| Some((o.last_use, i, o.window.as_ref()?.dirty)))
+                .min();
+            match victim {
+                Some((_, victim, false)) => {
+                    let w = inner.open.get_mut(&victim).and_then(|o| o.window.take());
+                    return Ok((inner, w.expect("victim has a window").buf));
+                }
+                Some((_, victim, true)) => {
+                    let tail = match inner.tail_to_read(victim)? {
+                        None => Vec::new(),
+                        Some((at, len)) => {
+                            let mut tail = vec![0u8; len];
+                            self.set_busy(&mut inner, victim, true);
+                            let read = self.read_range(inner, victim, &mut tail, at);
+                            inner = self.lock()?;
+                            self.set_busy(&mut inner, victim, false);
+                            read?;
+                            tail
+                        }
+                    };
+                    inner.detach(victim, tail)?;
+                    inner.counters.background_flushes += 1;
+                    self.shared.writer.push(victim);
+                }
+                None => {
+                    // Buffers come back from writes in progress or queued; ones whose
+                    // write failed wait for a sync to retry them.
+                    // (A file's queue is written in order: behind a failed front, nothing
+                    // moves until a sync retries it.)
+                    let coming = inner.open.values().any(|o| {
+                        o.inflight
+                            .front()
+                            .is_some_and(|d| d.writing || d.error.is_none())
+                    });
+                    if !coming && !inner.any_busy() {
+                        let failed = inner
+                            .open
+                            .values()
+                            .flat_map(|o| o.inflight.iter())
+                            .find_map(|d| d.error.clone());
+                        return Err(match failed {
+                            Some(why) => Error::NoSpace(format!(
+                                "every write buffer holds data whose write failed: {why}"
+                            )),
+                            None => Error::NoSpace("no write buffer available".into()),
+                        });
+                    }
+                }
+            }
+            waited.get_or_insert_with(Instant::now);
+            inner = self.wait(inner)?;
+        }
+    }
+
+    /// Detaches `ino`'s dirty window (padding its last block with what the file holds
+    /// after it) so that it can be written; a no-op for a clean window.
+    fn flush_window(&self, ino: Ino) -> Result<()> {
+        let mut inner = self.lock_idle(ino)?;
+        let Some(w) = inner.open.get(&ino).and_then(|o| o.window.as_ref()) else {
+            return Ok(());
         };
-        let path = self.state.any_path(ino);
-        self.placements
-            .get(inode.tenant)
-            .event(&FileEvent::Written {
+        if !w.dirty {
+            return Ok(());
+        }
+        let mut tail = Vec::new();
+        if let Some((at, len)) = inner.tail_to_read(ino)? {
+            tail = vec![0u8; len];
+            self.set_busy(&mut inner, ino, true);
+            let read = self.read_range(inner, ino, &mut tail, at);
+            inner = self.lock()?;
+            self.set_busy(&mut inner, ino, false);
+            read?;
+        }
+        inner.detach(ino, tail)?;
+        drop(inner);
+        self.notify();
+        Ok(())
+    }
+
+    /// Writes the file's buffered bytes to the device and records them: detaches the
+    /// window, then writes every detached buffer of the file, oldest first, on this thread.
+    pub(super) fn flush_file(&self, ino: Ino) -> Result<()> {
+        self.flush_window(ino)?;
+        self.write_queued(ino)
+    }
+
+    /// Writes the file's detached buffers, oldest first, waiting for any another thread is
+    /// writing. Returns the error of a write that failed (its bytes stay queued).
+    pub(super) fn write_queued(&self, ino: Ino) -> Result<()> {
+        loop {
+            let mut inner = self.lock()?;
+            let Some(of) = inner.open.get_mut(&ino) else {
+                return Ok(());
+            };
+            let Some(front) = of.inflight.front_mut() else {
+                return Ok(());
+            };
+            if front.writing {
+                drop(self.wait(inner)?);
+                continue;
+            }
+            front.writing = true;
+            let buf = front.buf.clone();
+            let (start, len) = (front.start, front.len);
+            drop(inner);
+            if let Err(e) = self.write_front(ino, buf, start, len) {
+                let mut inner = self.lock()?;
+                if let Some(front) = inner
+                    .open
+                    .get_mut(&ino)
+                    .and_then(|o| o.inflight.front_mut())
+                {
+                    front.writing = false;
+                    front.error = Some(e.to_string());
+                }
+                let _ = inner.settle_closed(ino);
+                drop(inner);
+                self.notify();
+                return Err(e);
+            }
+        }
+    }
+
+    /// Writes the front detached buffer of `ino` (owned by this thread: `writing` is set)
+    /// and records its extents.
+    fn write_front(&self, ino: Ino, buf: Arc<Vec<u8>>, start: u64, len: usize) -> Result<()> {
+        let (key, hint, bs) = {
+            let inner = self.lock()?;
+            let inode = inner.state.inode(ino)?;
+            let key = StreamKey {
                 tenant: inode.tenant,
-                path: &path,
-                bytes,
+                stream: inode.hint.stream,
+            };
+            let mut hint = inode.hint;
+            let stream_bytes = inner.counters.streams.get(&key).map_or(0, |c| c.host);
+            hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
+            (key, hint, inner.state.block_size())
+        };
+        let total = (len as u64).div_ceil(bs) * bs;
+        let mut pieces: Vec<(Reserved, u32, u64)> = Vec::new();
+        let wrote = self.write_pieces(key, &hint, &buf, total, &mut pieces);
+        drop(buf);
+        let recorded = match wrote {
+            Ok(()) => self.record_flush(ino, key, start, total, &pieces),
+            Err(e) => Err(e),
+        };
+        for (r, _, _) in &pieces {
+            self.unpin(r.zone);
+        }
+        recorded
+    }
+
+    /// Reserves and writes `total` bytes of `buf` as extents of stream `key`, collecting
+    /// them in `pieces` (their zones stay pinned, even on error).
+    fn write_pieces(
+        &self,
+        key: StreamKey,
+        hint: &crate::Hint,
+        buf: &[u8],
+        total: u64,
+        pieces: &mut Vec<(Reserved, u32, u64)>,
+    ) -> Result<()> {
+        let bs = self.shared.device.geometry().block_size as u64;
+        let mut written = 0u64;
+        while written < total {
+            let want = ((total - written) / bs) as u32;
+            let r = self.allocate(key, hint, want, false)?;
+            pieces.push((r, 0, written));
+            let bytes = &buf[written as usize..(written + r.blocks as u64 * bs) as usize];
+            let crc = self.write_blocks(r, bytes)?;
+            pieces.last_mut().expect("just pushed").1 = crc;
+            written += r.blocks as u64 * bs;
+        }
+        Ok(())
+    }
+
+    /// Records a written front buffer of `ino`: its size and extents, in one transaction.
+    fn record_flush(
+        &self,
+        ino: Ino,
+        key: StreamKey,
+        start: u64,
+        total: u64,
+        pieces: &[(Reserved, u32, u64)],
+    ) -> Result<()> {
+        let bs = self.shared.device.geometry().block_size as u64;
+        let mut inner = self.lock()?;
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        let done = of.inflight.pop_front().expect("the front is ours");
+        let unreported = std::mem::take(&mut of.unreported);
+        match done.set_size {
+            // A shrink by `set_len`: the zeroed block and the new size in one transaction.
+            Some(size) => {
+                let inode = inner.state.inode(ino)?;
+                let op = MetaOp::SetAttr {
+                    ino,
+                    size,
+                    atime_ns: inode.atime_ns,
+                    mtime_ns: inode.mtime_ns,
+                    ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
+                };
+                inner.record(op)?;
+            }
+            None => {
+                let mtime_ns = inner.state.inode(ino)?.mtime_ns;
+                inner.record(MetaOp::Extend {
+                    ino,
+                    size: done.size,
+                    mtime_ns,
+                })?;
+            }
+        }
+        for &(r, crc, offset) in pieces {
+            inner.record(MetaOp::MapExtent {
+                ino,
+                file_block: (start + offset) / bs,
+                extent: Extent {
+                    zone: r.zone,
+                    block: r.block,
+                    len: r.blocks,
+                },
+                crc,
+            })?;
+        }
+        inner.counters.streams.entry(key).or_default().device += total;
+        if let Ok(buf) = Arc::try_unwrap(done.buf) {
+            if done.pooled {
+                inner.pool.give_back(buf);
+            }
+        }
+        if unreported > 0 {
+            let tenant = key.tenant;
+            let path = inner.state.any_path(ino);
+            inner.events.push(Event::Written {
+                tenant,
+                path,
+                bytes: unreported,
             });
+        }
+        inner.settle_closed(ino)?;
+        self.release(inner)?;
+        self.notify();
+        Ok(())
+    }
+
+    /// Writes `data` to the reserved blocks, in the zone's reservation order; returns the
+    /// data's crc32c. The zone stays pinned (so it is not reset before the caller records
+    /// the extent); the caller unpins it with [`Store::unpin`]. A failed write faults the
+    /// zone: nothing more is written there.
+    pub(super) fn write_blocks(&self, r: Reserved, data: &[u8]) -> Result<u32> {
+        self.write_blocks_pinned(r, data)
+    }
+
+    /// Drops a pin taken by allocation or by a read plan.
+    pub(super) fn unpin(&self, zone: u32) {
+        self.shared.pins[zone as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn write_blocks_pinned(&self, r: Reserved, data: &[u8]) -> Result<u32> {
+        let z = r.zone as usize;
+        let bs = self.shared.device.geometry().block_size as u64;
+        {
+            let mut inner = self.lock()?;
+            while inner.written[z] != r.block as u64 {
+                if inner.fault[z] {
+                    return Err(Error::Device(crate::device::DeviceError::InvalidState {
+                        zone: r.zone,
+                        state: crate::device::ZoneState::ReadOnly,
+                        op: "write after a failed write",
+                    }));
+                }
+                inner = self.wait(inner)?;
+            }
+        }
+        let mut crc = 0;
+        let wrote =
+            self.shared
+                .device
+                .write_overlapped(r.zone, r.block as u64 * bs, data, &mut || {
+                    crc = crc32c::crc32c(data)
+                });
+        let mut inner = self.lock()?;
+        let result = match wrote {
+            Ok(()) => inner.wrote(r.zone, r.block, r.blocks).map(|()| crc),
+            Err(e) => {
+                // Later reservations of the zone give up; the zone is sealed as it stands.
+                inner.fault[z] = true;
+                inner.written[z] = inner.wp[z];
+                let _ = inner.seal(r.zone);
+                Err(e.into())
+            }
+        };
+        drop(inner);
+        self.notify();
+        result
+    }
+
+    /// Reads at `offset` (a handle's read, or a prefetch when `id` is None), seeing
+    /// buffered data; short only at end of file.
+    pub(super) fn read_data(
+        &self,
+        id: Option<u64>,
+        ino: Ino,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize> {
+        let mut inner = self.lock()?;
+        if let Some(id) = id {
+            if !inner.handle(id)?.read {
+                return Err(Error::NotPermitted("reading"));
+            }
+        }
+        let inode = inner.state.inode(ino)?;
+        let size = inode.size;
+        if offset >= size {
+            return Ok(0);
+        }
+        let n = ((size - offset) as usize).min(buf.len());
+        let buf = &mut buf[..n];
+        if inode.hint.class == Class::Conventional {
+            return inner.read_conventional(ino, buf, offset);
+        }
+        // Served from the window alone.
+        if let Some(w) = inner.open.get(&ino).and_then(|o| o.window.as_ref()) {
+            if w.start <= offset && offset + n as u64 <= w.end() {
+                let from = (offset - w.start) as usize;
+                buf.copy_from_slice(&w.buf[from..from + n]);
+                return Ok(n);
+            }
+        }
+        self.read_range(inner, ino, buf, offset)?;
+        Ok(n)
+    }
+
+    /// Fills `buf` with the file's bytes at `offset` as they stand: what the device holds
+    /// (holes as zeros), overlaid with detached buffers and then the window. The device is
+    /// read after the lock is released, with the zones pinned. The caller keeps the range
+    /// within the file.
+    fn read_range(
+        &self,
+        inner: MutexGuard<'_, Inner>,
+        ino: Ino,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<()> {
+        let bs = inner.state.block_size();
+        let end = offset + buf.len() as u64;
+        let inode = inner.state.inode(ino)?;
+        let mut reads: Vec<DeviceRead> = Vec::new();
+        for (file_block, ext, nblocks) in inode.extents.pieces(offset / bs, end.div_ceil(bs)) {
+            let piece_start = (file_block * bs).max(offset);
+            let piece_end = ((file_block + nblocks) * bs).min(end);
+            let dst = (piece_start - offset) as usize;
+            let len = (piece_end - piece_start) as usize;
+            match ext {
+                None => buf[dst..dst + len].fill(0),
+                Some(e) => reads.push(DeviceRead {
+                    zone: e.zone,
+                    at: e.block as u64 * bs + (piece_start - file_block * bs),
+                    dst,
+                    len,
+                }),
+            }
+        }
+        // Buffered bytes, oldest first, copied now: they may be gone once the lock is.
+        let mut overlays: Vec<(usize, Vec<u8>)> = Vec::new();
+        if let Some(of) = inner.open.get(&ino) {
+            let detached = of.inflight.iter().map(|d| (d.start, d.end(), &d.buf[..]));
+            let window = of.window.iter().map(|w| (w.start, w.end(), &w.buf[..]));
+            for (start, stop, bytes) in detached.chain(window) {
+                let from = start.max(offset);
+                let to = stop.min(end);
+                if from < to {
+                    let src = &bytes[(from - start) as usize..(to - start) as usize];
+                    overlays.push(((from - offset) as usize, src.to_vec()));
+                }
+            }
+        }
+        for r in &reads {
+            self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        drop(inner);
+        let mut result = Ok(());
+        for r in &reads {
+            if result.is_ok() {
+                let out = &mut buf[r.dst..r.dst + r.len];
+                result = self.shared.device.read(r.zone, r.at, out);
+            }
+            self.shared.pins[r.zone as usize].fetch_sub(1, Ordering::AcqRel);
+        }
+        result?;
+        for (dst, bytes) in overlays {
+            buf[dst..dst + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+
+    /// `ftruncate`. Shrinking drops the extents past the new end; a partial new last block
+    /// is first rewritten with zeros after the new end, in the same transaction as the new
+    /// size: were the size durable with the old bytes still in that block, a crash would let
+    /// them reappear when the file grows.
+    pub(super) fn set_len(&self, id: u64, ino: Ino, size: u64) -> Result<()> {
+        self.check_running()?;
+        if size > MAX_FILE_SIZE {
+            return Err(Error::TooLarge);
+        }
+        let conventional = {
+            let inner = self.lock()?;
+            if !inner.handle(id)?.write {
+                // POSIX: EINVAL when the descriptor is not open for writing.
+                return Err(Error::Invalid("file not open for writing"));
+            }
+            inner.state.inode(ino)?.hint.class == Class::Conventional
+        };
+        if conventional {
+            if self.with(|inner| inner.set_len_conventional(ino, size))? {
+                self.commit()?;
+            }
+            return self.with(|inner| inner.set_len_conventional_host(ino, size));
+        }
+        // Everything buffered goes to the device first.
+        let mut inner = loop {
+            self.flush_file(ino)?;
+            let inner = self.lock_idle(ino)?;
+            let of = inner.open.get(&ino).ok_or(Error::BadHandle)?;
+            if !of.has_unwritten() {
+                break inner;
+            }
+        };
+        if let Some(w) = inner.open.get_mut(&ino).and_then(|o| o.window.take()) {
+            inner.pool.give_back(w.buf);
+        }
+        let bs = inner.state.block_size();
+        let old = inner.state.inode(ino)?.size;
+        let block_start = size / bs * bs;
+        let partial_tail = size < old
+            && size % bs != 0
+            && inner
+                .state
+                .inode(ino)?
+                .extents
+                .pieces(size / bs, size / bs + 1)
+                .first()
+                .is_some_and(|(_, e, _)| e.is_some());
+        let now = now_ns();
+        if !partial_tail {
+            let inode = inner.state.inode_mut(ino)?;
+            inode.size = size;
+            inode.mtime_ns = now;
+            inode.ctime_ns = now;
+            inner.record_attr(ino)?;
+            return self.release(inner);
+        }
+        // The new last block: its bytes up to the new end, zeros after.
+        let mut block = vec![0u8; bs as usize];
+        self.set_busy(&mut inner, ino, true);
+        let head = &mut block[..(size - block_start) as usize];
+        let read = self.read_range(inner, ino, head, block_start);
+        let mut inner = self.lock()?;
+        if let Err(e) = read {
+            self.set_busy(&mut inner, ino, false);
+            return Err(e);
+        }
+        let inode = inner.state.inode_mut(ino)?;
+        inode.size = size;
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        of.inflight.push_back(Detached {
+            buf: Arc::new(block),
+            start: block_start,
+            len: bs as usize,
+            size,
+            set_size: Some(size),
+            pooled: false,
+            writing: false,
+            error: None,
+        });
+        self.set_busy(&mut inner, ino, false);
+        drop(inner);
+        self.write_queued(ino)
+    }
+
+    /// fsync / fdatasync / close of one file, up to the commit: zoned data written and
+    /// recorded, conventional bytes synced on the host.
+    pub(super) fn flush_or_sync_conventional(&self, ino: Ino) -> Result<()> {
+        let conventional = {
+            let inner = self.lock()?;
+            inner.state.inode(ino)?.hint.class == Class::Conventional
+        };
+        if conventional {
+            return self.with(|inner| inner.sync_conventional(ino));
+        }
+        self.flush_file(ino)
+    }
+}
+
+impl Inner {
+    /// The fast path: copies `data` into the window if it continues or overwrites it and
+    /// leaves it not full. Returns false when the slow path must run.
+    fn copy_into_window(&mut self, ino: Ino, data: &[u8], offset: u64) -> Result<bool> {
+        let buf_size = self.pool.buffer_size() as u64;
+        self.tick += 1;
+        let tick = self.tick;
+        let of = self.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        of.last_use = tick;
+        if of.busy {
+            return Ok(false);
+        }
+        let Some(w) = of.window.as_mut() else {
+            return Ok(false);
+        };
+        let end = offset + data.len() as u64;
+        if !(w.start <= offset && offset <= w.end() && end < w.start + buf_size) {
+            return Ok(false);
+        }
+        let at = (offset - w.start) as usize;
+        w.buf[at..at + data.len()].copy_from_slice(data);
+        w.len = w.len.max(at + data.len());
+        w.dirty = true;
+        of.unreported += data.len() as u64;
+        let inode = self.state.inode_mut(ino)?;
+        inode.size = inode.size.max(end);
+        inode.mtime_ns = now_ns();
+        Ok(true)
+    }
+
+    /// The file bytes a dirty window's last block needs from past the window, as
+    /// `(offset, length)`: none when the window ends on a block boundary or at the end of
+    /// file.
+    fn tail_to_read(&self, ino: Ino) -> Result<Option<(u64, usize)>> {
+        let bs = self.state.block_size();
+        let size = self.state.inode(ino)?.size;
+        let Some(w) = self.open.get(&ino).and_then(|o| o.window.as_ref()) else {
+            return Ok(None);
+        };
+        let end = w.end();
+        let padded_end = end.div_ceil(bs) * bs;
+        Ok((size > end && padded_end > end).then(|| (end, (size.min(padded_end) - end) as usize)))
+    }
+
+    fn any_busy(&self) -> bool {
+        self.open.values().any(|o| o.busy)
+    }
+
+    /// Detaches `ino`'s dirty window for flushing, its last block padded with `tail` (the
+    /// file's bytes after the window) and zeros; keeps the partial last block in a new
+    /// window when a buffer is free.
+    fn detach(&mut self, ino: Ino, tail: Vec<u8>) -> Result<()> {
+        let bs = self.state.block_size();
+        let size = self.state.inode(ino)?.size;
+        let of = self.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        let Some(mut w) = of.window.take() else {
+            return Ok(());
+        };
+        let end = w.end();
+        let padded = (end.div_ceil(bs) * bs - w.start) as usize;
+        w.buf[w.len..w.len + tail.len()].copy_from_slice(&tail);
+        w.buf[w.len + tail.len()..padded].fill(0);
+        let keep_from = end / bs * bs;
+        let keep = (end - keep_from) as usize;
+        let skip = (keep_from - w.start) as usize;
+        let next = match keep {
+            0 => None,
+            _ => self.pool.take().map(|mut buf| {
+                buf[..keep].copy_from_slice(&w.buf[skip..skip + keep]);
+                Window {
+                    buf,
+                    start: keep_from,
+                    len: keep,
+                    dirty: false,
+                }
+            }),
+        };
+        let of = self.open.get_mut(&ino).expect("checked above");
+        of.inflight.push_back(Detached {
+            buf: Arc::new(w.buf),
+            start: w.start,
+            len: w.len,
+            size,
+            set_size: None,
+            pooled: true,
+            writing: false,
+            error: None,
+        });
+        of.window = next;
+        Ok(())
     }
 
     /// Journals a file's size and times as they are now.
-    fn record_attr(&mut self, ino: Ino) -> Result<()> {
+    pub(super) fn record_attr(&mut self, ino: Ino) -> Result<()> {
         let inode = self.state.inode(ino)?;
         let op = MetaOp::SetAttr {
             ino,
@@ -257,128 +809,4 @@ impl Inner {
         };
         self.record(op)
     }
-
-    /// Reads at `offset`, seeing buffered data; short only at end of file.
-    pub(super) fn read(&mut self, ino: Ino, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let size = self.state.inode(ino)?.size;
-        if offset >= size {
-            return Ok(0);
-        }
-        let n = ((size - offset) as usize).min(buf.len());
-        let buf = &mut buf[..n];
-        if self.is_conventional(ino)? {
-            return self.read_conventional(ino, buf, offset);
-        }
-        read_mapped(&self.state, &*self.device, ino, buf, offset)?;
-        if let Some(w) = self.open.get(&ino).and_then(|o| o.window) {
-            let from = w.start.max(offset);
-            let to = w.end().min(offset + n as u64);
-            if from < to {
-                let src = &self.pool.get(w.buf)[(from - w.start) as usize..(to - w.start) as usize];
-                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
-            }
-        }
-        Ok(n)
-    }
-
-    /// `ftruncate`: shrinking drops extents past the end and rewrites a partial last block
-    /// with zeros after the new end, so growing again reads zeros.
-    pub(super) fn set_len(&mut self, ino: Ino, size: u64) -> Result<()> {
-        if size > MAX_FILE_SIZE {
-            return Err(Error::TooLarge);
-        }
-        if self.is_conventional(ino)? {
-            return self.set_len_conventional(ino, size);
-        }
-        self.flush(ino)?;
-        if let Some(w) = self.open.get_mut(&ino).and_then(|o| o.window.take()) {
-            self.pool.give_back(w.buf);
-        }
-        let old = self.state.inode(ino)?.size;
-        let bs = self.state.block_size();
-        let mapped_tail = self
-            .state
-            .inode(ino)?
-            .extents
-            .pieces(size / bs, size / bs + 1)
-            .first()
-            .is_some_and(|(_, e, _)| e.is_some());
-        if size < old && size % bs != 0 && mapped_tail {
-            // Zero the new last block past the new end before the size is journaled, with
-            // no commit between the two records: were the size durable with the old bytes
-            // still in that block, a crash would let them reappear when the file grows.
-            let w = self.start_window(ino, size)?;
-            self.pool.get_mut(w.buf)[w.len..bs as usize].fill(0);
-            let w = self
-                .open
-                .get_mut(&ino)
-                .and_then(|o| o.window.as_mut())
-                .expect("window just started");
-            w.len = bs as usize;
-            w.dirty = true;
-            self.flush_window(ino)?;
-        }
-        let now = now_ns();
-        let inode = self.state.inode_mut(ino)?;
-        inode.size = size;
-        inode.mtime_ns = now;
-        inode.ctime_ns = now;
-        self.record_attr(ino)?;
-        self.commit_if_due()
-    }
-
-    /// fsync / fdatasync / close: the file's data and the metadata that finds it are durable
-    /// on return, with one device sync (nothing at all when nothing changed).
-    pub(super) fn sync_file(&mut self, ino: Ino) -> Result<()> {
-        if self.is_conventional(ino)? {
-            self.sync_conventional(ino)?;
-        } else {
-            self.flush(ino)?;
-        }
-        self.commit()
-    }
-
-    /// Flushes every open file's window.
-    pub(super) fn flush_all(&mut self) -> Result<()> {
-        let inos: Vec<Ino> = self.open.keys().copied().collect();
-        for ino in inos {
-            if self.is_conventional(ino)? {
-                self.sync_conventional(ino)?;
-            } else {
-                self.flush(ino)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Reads what the device holds for `buf.len()` bytes of a file at `offset` (holes read as
-/// zeros), ignoring the file's window and size. A free function so that it can fill a pool
-/// buffer while the store's other fields are borrowed.
-fn read_mapped(
-    state: &State,
-    device: &dyn ZonedDevice,
-    ino: Ino,
-    buf: &mut [u8],
-    offset: u64,
-) -> Result<()> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    let bs = state.block_size();
-    let end = offset + buf.len() as u64;
-    let inode = state.inode(ino)?;
-    for (file_block, ext, nblocks) in inode.extents.pieces(offset / bs, end.div_ceil(bs)) {
-        let piece_start = (file_block * bs).max(offset);
-        let piece_end = ((file_block + nblocks) * bs).min(end);
-        let out = &mut buf[(piece_start - offset) as usize..(piece_end - offset) as usize];
-        match ext {
-            None => out.fill(0),
-            Some(e) => {
-                let at = e.block as u64 * bs + (piece_start - file_block * bs);
-                device.read(e.zone, at, out)?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -117,7 +117,10 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
         if state.zones.owner[*zone as usize].is_some()
             || device_zones[*zone as usize].write_pointer > 0
         {
-            problem(format!("free zone {zone} is owned or written"));
+            problem(format!(
+                "free zone {zone} is owned or written: owner {:?}, device {:?}",
+                state.zones.owner[*zone as usize], device_zones[*zone as usize]
+            ));
         }
     }
 

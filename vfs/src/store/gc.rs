@@ -1,10 +1,17 @@
 //! Garbage collection: migrate the valid extents of the zone with the fewest valid blocks
-//! into the same stream's head zone, then reset it once the move is durable.
+//! into the same stream's head zone; the victim is reset once the move is durable.
+//!
+//! A pass plans under the store's lock (victim, extents to move), then reads and writes
+//! with no lock held. Each moved extent is mapped only if the file still has exactly that
+//! extent there when the copy lands: a file overwritten or deleted meanwhile keeps its new
+//! data, and the copy is simply dead.
+
+use std::sync::atomic::Ordering;
 
 use super::extent_map::Extent;
 use super::state::{Ino, MetaOp};
 use super::zone_map::ZoneUse;
-use super::Inner;
+use super::{Inner, Store};
 use crate::device::ZoneId;
 use crate::hint::Hint;
 use crate::Result;
@@ -17,7 +24,7 @@ impl Inner {
         (0..self.state.geometry.zone_count)
             .filter(|z| matches!(self.state.zones.owner[*z as usize], Some(ZoneUse::Data(_))))
             .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
-            .filter(|z| self.wp[*z as usize] >= cap)
+            .filter(|z| self.wp[*z as usize] >= cap && self.written[*z as usize] >= cap)
             .map(|z| (z, self.state.zones.valid_blocks(z) as u64))
             .collect()
     }
@@ -26,7 +33,7 @@ impl Inner {
     /// free at least `min_gain` blocks, and the sealed zones together must hold at least a
     /// zone's worth of dead blocks (else no amount of moving frees a zone, and collecting
     /// would only churn).
-    fn gc_victim(&self, min_gain: u64) -> Option<ZoneId> {
+    pub(super) fn gc_victim(&self, min_gain: u64) -> Option<ZoneId> {
         let cap = self.state.geometry.blocks_per_zone();
         let sealed = self.sealed_zones();
         let dead: u64 = sealed.iter().map(|&(_, valid)| cap - valid).sum();
@@ -39,73 +46,125 @@ impl Inner {
             .min_by_key(|&(_, valid)| valid)
             .map(|(z, _)| z)
     }
+}
 
-    /// Migrates one victim zone when free zones run short. `eager` (collection ahead of
-    /// need) takes only victims that free an eighth of a zone or more. Returns false when
-    /// there is nothing worth collecting.
-    pub(super) fn gc_one(&mut self, eager: bool) -> Result<bool> {
-        let min_gain = if eager {
-            self.state.geometry.blocks_per_zone() / 8
-        } else {
-            1
-        };
-        let Some(victim) = self.gc_victim(min_gain) else {
-            return Ok(false);
-        };
-
-        let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
-            return Ok(false);
-        };
-        let mut moving: Vec<(Ino, u64, Extent)> = Vec::new();
-        for (&ino, inode) in &self.state.inodes {
-            for (file_block, ext) in inode.extents.iter() {
-                if ext.zone == victim {
-                    moving.push((ino, file_block, ext));
+impl Store {
+    /// Migrates one victim zone. `eager` (collection ahead of need) takes only victims that
+    /// free an eighth of a zone or more. Returns false when there is nothing worth
+    /// collecting.
+    pub(super) fn collect(&self, eager: bool) -> Result<bool> {
+        let (victim, key, hint, moving) = {
+            let inner = self.lock()?;
+            let min_gain = if eager {
+                inner.state.geometry.blocks_per_zone() / 8
+            } else {
+                1
+            };
+            let Some(victim) = inner.gc_victim(min_gain) else {
+                return Ok(false);
+            };
+            let Some(ZoneUse::Data(key)) = inner.state.zones.owner[victim as usize] else {
+                return Ok(false);
+            };
+            let mut moving: Vec<(Ino, u64, Extent)> = Vec::new();
+            for (&ino, inode) in &inner.state.inodes {
+                for (file_block, ext) in inode.extents.iter() {
+                    if ext.zone == victim {
+                        moving.push((ino, file_block, ext));
+                    }
                 }
             }
-        }
-        moving.sort_by_key(|(_, _, e)| e.block);
-        let bs = self.state.block_size();
-        // Moved data joins the stream's current group, so that the next write of the stream
-        // does not take it for a group change and seal the zone it just filled.
-        let group = self
-            .current_group
-            .get(&key)
-            .copied()
-            .or_else(|| self.heads.get(&key).map(|h| h.group))
-            .unwrap_or(0);
-        let hint = Hint {
-            group,
-            ..Hint::zoned(key.stream)
+            moving.sort_by_key(|(_, _, e)| e.block);
+            // Moved data joins the stream's current group, so that the next write of the
+            // stream does not take it for a group change and seal the zone it just filled.
+            let group = inner
+                .current_group
+                .get(&key)
+                .copied()
+                .or_else(|| inner.heads.get(&key).map(|h| h.group))
+                .unwrap_or(0);
+            let hint = Hint {
+                group,
+                ..Hint::zoned(key.stream)
+            };
+            // Pinned until the copies are read: the victim is not reset under the reader.
+            self.shared.pins[victim as usize].fetch_add(1, Ordering::AcqRel);
+            (victim, key, hint, moving)
         };
+        let result = self.move_extents(victim, key, &hint, moving);
+        self.shared.pins[victim as usize].fetch_sub(1, Ordering::AcqRel);
+        result?;
+        Ok(true)
+    }
+
+    fn move_extents(
+        &self,
+        victim: ZoneId,
+        key: super::zone_map::StreamKey,
+        hint: &Hint,
+        moving: Vec<(Ino, u64, Extent)>,
+    ) -> Result<()> {
+        let bs = self.shared.device.geometry().block_size as u64;
         for (ino, file_block, ext) in moving {
             let mut data = vec![0u8; ext.len as usize * bs as usize];
-            self.device.read(victim, ext.block as u64 * bs, &mut data)?;
+            self.shared
+                .device
+                .read(victim, ext.block as u64 * bs, &mut data)?;
             let mut done = 0u32;
             while done < ext.len {
-                let (zone, block, n) = self.allocate(key, &hint, ext.len - done, true)?;
-                let bytes = &data[(done as u64 * bs) as usize..((done + n) as u64 * bs) as usize];
-                self.device.write(zone, block as u64 * bs, bytes)?;
-                self.advance(zone, n);
-                let c = self.counters.streams.entry(key).or_default();
+                let r = self.allocate(key, hint, ext.len - done, true)?;
+                let range = (done as u64 * bs) as usize..((done + r.blocks) as u64 * bs) as usize;
+                let bytes = &data[range];
+                let crc = match self.write_blocks(r, bytes) {
+                    Ok(crc) => crc,
+                    Err(e) => {
+                        self.unpin(r.zone);
+                        return Err(e);
+                    }
+                };
+                let mut inner = self.lock()?;
+                let c = inner.counters.streams.entry(key).or_default();
                 c.gc += bytes.len() as u64;
                 c.device += bytes.len() as u64;
-                let crc = crc32c::crc32c(bytes);
-                self.record(MetaOp::MapExtent {
-                    ino,
-                    file_block: file_block + done as u64,
-                    extent: Extent {
-                        zone,
-                        block,
-                        len: n,
-                    },
-                    crc,
-                })?;
-                done += n;
+                // Map the copy only over the very blocks it copied, if still the file's.
+                let piece = Extent {
+                    zone: victim,
+                    block: ext.block + done,
+                    len: r.blocks,
+                };
+                let current = inner.state.inodes.get(&ino).is_some_and(|inode| {
+                    inode
+                        .extents
+                        .pieces(
+                            file_block + done as u64,
+                            file_block + (done + r.blocks) as u64,
+                        )
+                        .iter()
+                        .all(|(fb, e, _)| {
+                            e.is_some_and(|e| {
+                                e.zone == piece.zone
+                                    && e.block as u64
+                                        == piece.block as u64 + (fb - file_block - done as u64)
+                            })
+                        })
+                });
+                if current {
+                    inner.record(MetaOp::MapExtent {
+                        ino,
+                        file_block: file_block + done as u64,
+                        extent: Extent {
+                            zone: r.zone,
+                            block: r.block,
+                            len: r.blocks,
+                        },
+                        crc,
+                    })?;
+                }
+                drop(inner);
+                self.unpin(r.zone);
+                done += r.blocks;
             }
         }
-        // The moves are durable before the victim is reset.
-        self.commit()?;
-        Ok(true)
+        Ok(())
     }
 }

@@ -156,29 +156,44 @@ impl Journal {
         }
     }
 
-    /// Appends a transaction, or returns `Ok(false)` when it does not fit the active zone
-    /// (the caller then writes a checkpoint instead). Not durable until the device syncs.
-    pub fn append(&mut self, ops: &[MetaOp]) -> Result<bool> {
+    /// Lays out a transaction record with the next sequence number (nothing written yet).
+    pub fn encode_transaction(&self, ops: &[MetaOp]) -> Result<Vec<u8>> {
         let payload = postcard::to_stdvec(ops)
             .map_err(|e| Error::Corrupt(format!("encoding a transaction: {e}")))?;
-        let geometry = self.device.geometry();
-        let record = encode(
-            RecordKind::Transaction,
-            self.next_seq,
-            &payload,
-            geometry.block_size as u64,
-        );
+        let bs = self.device.geometry().block_size as u64;
+        Ok(encode(RecordKind::Transaction, self.next_seq, &payload, bs))
+    }
+
+    /// Whether a record of `len` bytes fits the active zone. Never fill the zone to the end:
+    /// a full zone is no longer active, and recovery tells the current journal zone from a
+    /// retired one by exactly that (see [`recover`]); the zone is finished only once the
+    /// next checkpoint is durable.
+    pub fn fits(&self, len: usize) -> Result<bool> {
         let zone = META_ZONES[self.active];
         let wp = self.device.zone_info(zone)?.write_pointer;
-        // Never fill the zone to the end: a full zone is no longer active, and recovery
-        // tells the current journal zone from a retired one by exactly that (see
-        // [`recover`]); the zone is finished only once the next checkpoint is durable.
-        if wp + record.len() as u64 >= geometry.zone_capacity {
-            return Ok(false);
-        }
-        self.device.write(zone, wp, &record)?;
+        Ok(wp + (len as u64) < self.device.geometry().zone_capacity)
+    }
+
+    /// Appends a record made by [`Journal::encode_transaction`] that [`Journal::fits`].
+    /// Not durable until the device syncs.
+    pub fn append_record(&mut self, record: &[u8]) -> Result<()> {
+        let zone = META_ZONES[self.active];
+        let wp = self.device.zone_info(zone)?.write_pointer;
+        self.device.write(zone, wp, record)?;
         self.bytes_written += record.len() as u64;
         self.next_seq += 1;
+        Ok(())
+    }
+
+    /// Appends a transaction, or returns `Ok(false)` when it does not fit the active zone
+    /// (the caller then writes a checkpoint instead). Not durable until the device syncs.
+    #[cfg(test)]
+    pub fn append(&mut self, ops: &[MetaOp]) -> Result<bool> {
+        let record = self.encode_transaction(ops)?;
+        if !self.fits(record.len())? {
+            return Ok(false);
+        }
+        self.append_record(&record)?;
         Ok(true)
     }
 

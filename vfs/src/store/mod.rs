@@ -1,17 +1,50 @@
 //! The store: namespace, files as extent lists, write buffers, allocation, GC, journal.
 //!
-//! [`Store`] is a cheap handle to one mounted device. All state sits behind one mutex; device
-//! I/O happens under it, which keeps the write path short and its order obvious (guest
-//! `write` → window copy → flush → allocate → device write → journal op).
+//! [`Store`] is a cheap handle to one mounted device. Module map: [`state`] is the metadata
+//! and the only place it changes; [`data`] the file data path (windows, flushes, reads);
+//! [`commit`] group commit; [`writer`] the background writer of full buffers; [`namespace`]
+//! paths and directory operations; [`alloc`] the ZNS resolver and zone lifecycle; [`gc`]
+//! reclaim; [`mount`] recovery; [`fsck`] the invariant checker.
 //!
-//! Module map: [`state`] is the metadata and the only place it changes; [`data`] the file
-//! data path; [`namespace`] paths and directory operations; [`alloc`] the ZNS resolver and
-//! zone lifecycle; [`gc`] reclaim; [`mount`] recovery; [`fsck`] the invariant checker.
+//! # Concurrency: who owns what
+//!
+//! A guest waits only for the work it asked for. No lock that another file, tenant or
+//! thread needs is held while the device reads, writes, syncs or resets.
+//!
+//! - **`Shared::inner`** (one mutex) guards the metadata ([`State`]), the open files and
+//!   their windows, the buffer pool, the allocator (heads, free list, the store's write
+//!   pointers) and the counters. It is held for memory work only: planning a read,
+//!   reserving blocks, recording operations. Every device call happens after it is
+//!   released, except `finish` of a zone with nothing in flight (a table update on the
+//!   emulated device, one `ftruncate` on zonefs) and the conventional area's host files
+//!   (files a policy keeps in place, such as LOCK and CURRENT).
+//! - **A file's window** is changed only under `inner`. A thread that must do device I/O
+//!   to change it (read the prefix of a new window, the padding of a last block) first sets
+//!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
+//! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
+//!   thread (`writing`), and recorded in that order, so a file's extents are mapped in the
+//!   order its bytes were written. A sync writes its file's queued buffers itself rather
+//!   than wait for the background writer.
+//! - **Zones**: blocks are reserved under `inner` by advancing the store's write pointer
+//!   (`wp`); the device writes of one zone are issued in reservation order: a writer waits
+//!   until `written[zone]` reaches its first block. Writes to different zones run in
+//!   parallel. A zone is reset only when no reader or writer holds a pin on it (`pins`,
+//!   taken under `inner`, dropped without it) and no write to it is in flight.
+//! - **Commits** ([`commit`]): the leader takes pending operations under `inner`, then
+//!   writes the journal and flushes the device with no lock held.
+//! - **Placement calls and events** happen with no lock held: hints are decided before the
+//!   namespace lock is taken (and checked again after), events are queued under `inner`
+//!   and delivered after it is released.
+//!
+//! Lock order: a file's `busy` flag → the commit leader role → the journal → `inner` →
+//! the commit state. `inner` is never held while waiting for the leader role.
 
 mod alloc;
 mod buffer;
+mod commit;
 mod conventional;
 mod data;
+mod events;
 pub(crate) mod extent_map;
 mod fsck;
 mod gc;
@@ -19,23 +52,26 @@ pub(crate) mod journal;
 mod mount;
 mod namespace;
 pub(crate) mod state;
+mod writer;
 pub(crate) mod zone_map;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::device::{ZoneId, ZonedDevice};
-use crate::hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement};
+use crate::hint::{Class, DefaultPlacement, Hint, OpenReason, Placement};
 use crate::resolver::ZnsHead;
 use crate::stats::{ratio, Stats, StreamStats, TenantStats};
 use crate::{Error, Result};
 
-use buffer::{BufferPool, Window};
+use buffer::{BufferPool, Detached, Window};
+use commit::{GroupCommit, Led};
 use conventional::ConventionalArea;
+use events::Event;
 pub use fsck::FsckReport;
-use journal::Journal;
 pub use state::{FileKind, Ino, TenantId};
 use state::{MetaOp, State};
 use zone_map::{StreamKey, ZoneUse};
@@ -122,11 +158,16 @@ pub struct DirEntry {
     pub kind: FileKind,
 }
 
-/// Per-inode state while at least one handle has it open.
+/// Per-inode state while at least one handle has it open (or while it holds data whose
+/// write failed, so that the data is not lost with the last handle).
 struct OpenFile {
     refs: u32,
     writers: u32,
     window: Option<Window>,
+    /// Windows detached for flushing, oldest first (see the module docs).
+    inflight: VecDeque<Detached>,
+    /// A thread is changing the window with device I/O (prefix or padding reads).
+    busy: bool,
     last_use: u64,
     /// Guest bytes written since the last `Written` event.
     unreported: u64,
@@ -135,8 +176,28 @@ struct OpenFile {
     host_dirty: bool,
 }
 
+impl OpenFile {
+    fn new(tick: u64) -> Self {
+        OpenFile {
+            refs: 0,
+            writers: 0,
+            window: None,
+            inflight: VecDeque::new(),
+            busy: false,
+            last_use: tick,
+            unreported: 0,
+            host: None,
+            host_dirty: false,
+        }
+    }
+
+    /// Holds data that is not on the device yet.
+    fn has_unwritten(&self) -> bool {
+        !self.inflight.is_empty() || self.window.as_ref().is_some_and(|w| w.dirty)
+    }
+}
+
 struct Handle {
-    ino: Ino,
     write: bool,
     read: bool,
     append: bool,
@@ -150,6 +211,11 @@ struct Counters {
     resets: u64,
     finishes: u64,
     syncs: u64,
+    /// Writes that waited for a buffer to come back from the device (back-pressure).
+    buffer_waits: u64,
+    buffer_wait_ns: u64,
+    /// Full buffers handed to the background writer.
+    background_flushes: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -164,10 +230,12 @@ struct Inner {
     device: Arc<dyn ZonedDevice>,
     config: StoreConfig,
     state: State,
-    journal: Journal,
     /// Operations applied to `state` but not yet in the journal.
     pending: Vec<MetaOp>,
-    /// Device writes since the last device sync.
+    /// Counts every recorded operation and completed device write: a sync asks for the
+    /// value it saw to become durable (see [`commit`]).
+    changes: u64,
+    /// Device writes since the last commit took the pending operations.
     unsynced_writes: bool,
     pool: BufferPool,
     open: IntMap<Ino, OpenFile>,
@@ -178,8 +246,14 @@ struct Inner {
     head_used: HashMap<StreamKey, u64>,
     /// The lifetime group each stream wrote last (what GC-moved data joins).
     current_group: HashMap<StreamKey, u32>,
-    /// The store's view of each zone's write pointer, in blocks.
+    /// The store's view of each zone's write pointer, in blocks: reserved, maybe in flight.
     wp: Vec<u64>,
+    /// Per zone: blocks whose device write completed (≤ `wp`); writes issue in order.
+    written: Vec<u64>,
+    /// Per zone: a write failed; no more writes go there.
+    fault: Vec<bool>,
+    /// Per zone: to be finished once its in-flight writes complete.
+    seal_pending: Vec<bool>,
     free: BTreeSet<ZoneId>,
     /// Zones whose data all died; reset after the next commit makes that durable.
     to_reset: BTreeSet<ZoneId>,
@@ -187,12 +261,26 @@ struct Inner {
     counters: Counters,
     tick: u64,
     placements: Arc<Placements>,
+    /// Placement events to deliver once the lock is released.
+    events: Vec<Event>,
+    /// Journal bytes written so far (the journal itself belongs to the commit leader).
+    meta_bytes: u64,
 }
 
 struct Shared {
     inner: Mutex<Inner>,
+    /// Signalled when a zone write completes, a flush ends, a file stops being busy or a
+    /// buffer comes back to the pool.
+    changed: Condvar,
+    commit: GroupCommit,
+    /// Per zone: readers and writers using it now (a zone is not reset while pinned).
+    pins: Box<[AtomicU32]>,
     device: Arc<dyn ZonedDevice>,
     placements: Arc<Placements>,
+    /// Hands full buffers to the background writer.
+    writer: writer::Queue,
+    /// Store handles held by users (file handles included).
+    users: std::sync::atomic::AtomicUsize,
 }
 
 /// The placement of each tenant ([`DefaultPlacement`] where none was set).
@@ -224,10 +312,31 @@ impl Placements {
     }
 }
 
-/// A mounted store. Clones share the mount.
-#[derive(Clone)]
+/// A mounted store. Clones share the mount. When the last clone (and the last file
+/// handle) is dropped, the background writer finishes its queue and stops before the drop
+/// returns, so the device is free for another mount.
 pub struct Store {
     shared: Arc<Shared>,
+    /// Counted in `Shared::users` (the writer's own handle is not).
+    user: bool,
+}
+
+impl Clone for Store {
+    fn clone(&self) -> Self {
+        self.shared.users.fetch_add(1, Ordering::AcqRel);
+        Store {
+            shared: self.shared.clone(),
+            user: true,
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.user && self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.writer.stop();
+        }
+    }
 }
 
 pub(crate) fn now_ns() -> u64 {
@@ -272,23 +381,192 @@ impl Store {
     /// Mounts the store on `device`, formatting it if it is blank and recovering it otherwise.
     pub fn open(device: Arc<dyn ZonedDevice>, config: StoreConfig) -> Result<Store> {
         let placements = Arc::new(Placements::default());
-        let inner = mount::mount(device.clone(), config, placements.clone())?;
-        Ok(Store {
-            shared: Arc::new(Shared {
-                inner: Mutex::new(inner),
-                device,
-                placements,
-            }),
-        })
+        let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
+        let zones = device.geometry().zone_count as usize;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            changed: Condvar::new(),
+            commit: GroupCommit::new(journal),
+            pins: (0..zones).map(|_| AtomicU32::new(0)).collect(),
+            device,
+            placements,
+            writer: writer::Queue::default(),
+            users: std::sync::atomic::AtomicUsize::new(1),
+        });
+        shared.writer.start(Store {
+            shared: shared.clone(),
+            user: false,
+        });
+        Ok(Store { shared, user: true })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic under the lock leaves no half-applied metadata (every change is one
-        // `apply`); continuing is safer than poisoning every later call of the guest.
+    /// The store's lock. A panic under it may have left the metadata half changed, so a
+    /// poisoned lock stops the store instead of being used.
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         self.shared
             .inner
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .map_err(|_| Error::Stopped("a panic inside the store left its state unknown".into()))
+    }
+
+    /// Waits on `Shared::changed`, giving the lock back meanwhile.
+    fn wait<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> Result<MutexGuard<'a, Inner>> {
+        self.shared
+            .changed
+            .wait(inner)
+            .map_err(|_| Error::Stopped("a panic inside the store left its state unknown".into()))
+    }
+
+    fn notify(&self) {
+        self.shared.changed.notify_all();
+    }
+
+    /// Runs `f` under the lock; then, with the lock released, delivers the placement events
+    /// it queued and commits if enough operations are pending.
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T>) -> Result<T> {
+        let mut inner = self.lock()?;
+        let out = f(&mut inner);
+        let released = self.release(inner);
+        let value = out?;
+        released?;
+        Ok(value)
+    }
+
+    /// Releases the lock, delivers queued events and commits if one is due.
+    fn release(&self, mut inner: MutexGuard<'_, Inner>) -> Result<()> {
+        let events = std::mem::take(&mut inner.events);
+        let due = inner.pending.len() >= inner.config.max_pending_ops;
+        drop(inner);
+        self.deliver(events);
+        if due {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Refuses changes once a commit failed (see [`commit`]).
+    fn check_running(&self) -> Result<()> {
+        match self.shared.commit.failure() {
+            Some(why) => Err(Error::Stopped(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes every change made so far durable, sharing the journal write and the device
+    /// flush with concurrent syncs.
+    fn commit(&self) -> Result<()> {
+        let target = self.lock()?.changes;
+        self.shared
+            .commit
+            .make_durable(target, || self.lead_commit())
+            .map_err(Error::Stopped)
+    }
+
+    /// One commit as the leader: take the pending operations, write them, flush, then reset
+    /// the zones whose death is now durable.
+    fn lead_commit(&self) -> Led {
+        let mut journal = self.shared.commit.journal();
+        let mut upto = 0;
+        let mut run = || -> Result<()> {
+            let (record, snapshot, resets) = {
+                let mut inner = self.lock()?;
+                upto = inner.changes;
+                let resets = std::mem::take(&mut inner.to_reset);
+                if inner.pending.is_empty() && !inner.unsynced_writes {
+                    (None, None, resets)
+                } else {
+                    let ops = std::mem::take(&mut inner.pending);
+                    inner.unsynced_writes = false;
+                    let record = journal.encode_transaction(&ops)?;
+                    // The active metadata zone is full: checkpoint into the other one,
+                    // from the state exactly as of these operations.
+                    let snapshot = match journal.fits(record.len())? {
+                        true => None,
+                        false => Some(inner.state.snapshot()),
+                    };
+                    (Some(record), snapshot, resets)
+                }
+            };
+            let mut syncs = 0;
+            if let Some(snapshot) = snapshot {
+                // The data the checkpoint refers to must be durable before it is.
+                self.shared.device.sync()?;
+                journal.checkpoint(&snapshot)?;
+                self.shared.device.sync()?;
+                journal.retire_previous()?;
+                syncs += 2;
+            } else if let Some(record) = record {
+                journal.append_record(&record)?;
+                self.shared.device.sync()?;
+                syncs += 1;
+            }
+            {
+                let mut inner = self.lock()?;
+                inner.counters.syncs += syncs;
+                inner.meta_bytes = journal.bytes_written;
+                if let Some(conv) = &mut inner.conv {
+                    conv.remove_freed()?;
+                }
+            }
+            self.reset_zones(resets)
+        };
+        match run() {
+            Ok(()) => Led::Durable(upto),
+            Err(e) => Led::Failed(upto, e.to_string()),
+        }
+    }
+
+    /// Resets zones whose death is durable and gives them back to the free list. A zone a
+    /// reader or writer still uses waits for the next commit.
+    fn reset_zones(&self, zones: BTreeSet<ZoneId>) -> Result<()> {
+        if zones.is_empty() {
+            return Ok(());
+        }
+        let ready: Vec<ZoneId> = {
+            let mut inner = self.lock()?;
+            let mut ready = Vec::new();
+            for zone in zones {
+                let z = zone as usize;
+                if inner.state.zones.valid_blocks(zone) != 0 || inner.free.contains(&zone) {
+                    continue;
+                }
+                debug_assert!(!inner.heads.values().any(|h| h.zone == zone));
+                let busy = self.shared.pins[z].load(Ordering::Acquire) > 0
+                    || inner.written[z] != inner.wp[z];
+                if busy {
+                    inner.to_reset.insert(zone);
+                } else {
+                    ready.push(zone);
+                }
+            }
+            ready
+        };
+        let mut done = Vec::with_capacity(ready.len());
+        let mut failed = None;
+        for zone in ready {
+            match self.shared.device.reset(zone) {
+                Ok(()) => done.push(zone),
+                Err(e) => failed = Some(e),
+            }
+        }
+        let mut inner = self.lock()?;
+        for zone in done {
+            inner.zone_emptied(zone)?;
+        }
+        drop(inner);
+        self.notify();
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Delivers placement events (no lock held: a policy call may take its time).
+    fn deliver(&self, events: Vec<Event>) {
+        for event in events {
+            let placement = self.shared.placements.get(event.tenant());
+            event.deliver(&*placement);
+        }
     }
 
     /// The device under the store.
@@ -298,39 +576,47 @@ impl Store {
 
     /// The tenant called `name`, created with an empty root directory if new.
     pub fn tenant(&self, name: &str) -> Result<(TenantId, Ino)> {
-        let mut inner = self.lock();
-        if let Some((id, t)) = inner
-            .state
-            .tenants
-            .iter()
-            .enumerate()
-            .find(|(_, t)| t.name == name)
-        {
-            return Ok((id as TenantId, t.root));
+        let mut created = false;
+        let found = self.with(|inner| {
+            if let Some((id, t)) = inner
+                .state
+                .tenants
+                .iter()
+                .enumerate()
+                .find(|(_, t)| t.name == name)
+            {
+                return Ok((id as TenantId, t.root));
+            }
+            let id = inner.state.tenants.len() as TenantId;
+            let root = inner.state.next_ino;
+            let now = now_ns();
+            inner.record(MetaOp::CreateInode {
+                ino: root,
+                kind: FileKind::Dir,
+                tenant: id,
+                hint: Hint::zoned(0),
+                time_ns: now,
+                born_host_bytes: 0,
+            })?;
+            inner.record(MetaOp::NewTenant {
+                id,
+                name: name.to_string(),
+                root,
+            })?;
+            created = true;
+            Ok((id, root))
+        })?;
+        if created {
+            self.commit()?;
         }
-        let id = inner.state.tenants.len() as TenantId;
-        let root = inner.state.next_ino;
-        let now = now_ns();
-        inner.record(MetaOp::CreateInode {
-            ino: root,
-            kind: FileKind::Dir,
-            tenant: id,
-            hint: Hint::zoned(0),
-            time_ns: now,
-            born_host_bytes: 0,
-        })?;
-        inner.record(MetaOp::NewTenant {
-            id,
-            name: name.to_string(),
-            root,
-        })?;
-        inner.commit()?;
-        Ok((id, root))
+        Ok(found)
     }
 
     /// Names of all tenants, by id.
     pub fn tenants(&self) -> Vec<(TenantId, String, Ino)> {
-        let inner = self.lock();
+        let Ok(inner) = self.lock() else {
+            return Vec::new();
+        };
         let tenants = &inner.state.tenants;
         (0..tenants.len())
             .map(|i| (i as TenantId, tenants[i].name.clone(), tenants[i].root))
@@ -358,22 +644,22 @@ impl Store {
 
     /// Resolves `path` relative to directory `dir`.
     pub fn lookup(&self, dir: Ino, path: &str) -> Result<Ino> {
-        self.lock().state.lookup(dir, path)
+        self.lock()?.state.lookup(dir, path)
     }
 
     /// `stat` of an inode.
     pub fn metadata(&self, ino: Ino) -> Result<Metadata> {
-        self.lock().metadata(ino)
+        self.lock()?.metadata(ino)
     }
 
     /// The entries of a directory, by name (without `.` and `..`).
     pub fn read_dir(&self, dir: Ino) -> Result<Vec<DirEntry>> {
-        self.lock().state.read_dir(dir)
+        self.lock()?.state.read_dir(dir)
     }
 
     /// The parent of a directory (a tenant root is its own parent).
     pub fn parent(&self, dir: Ino) -> Result<Ino> {
-        let inner = self.lock();
+        let inner = self.lock()?;
         let inode = inner.state.inode(dir)?;
         if inode.kind != FileKind::Dir {
             return Err(Error::NotDir);
@@ -383,111 +669,172 @@ impl Store {
 
     /// `mkdir`.
     pub fn create_dir(&self, dir: Ino, path: &str) -> Result<Ino> {
-        self.lock().create_dir(dir, path)
+        self.check_running()?;
+        self.with(|inner| inner.create_dir(dir, path))
     }
 
     /// `rmdir`.
     pub fn remove_dir(&self, dir: Ino, path: &str) -> Result<()> {
-        self.lock().remove_dir(dir, path)
+        self.check_running()?;
+        self.with(|inner| inner.remove_dir(dir, path))
     }
 
     /// `unlink`: the file goes away when its last handle closes.
     pub fn unlink(&self, dir: Ino, path: &str) -> Result<()> {
-        self.lock().unlink(dir, path)
+        self.check_running()?;
+        self.with(|inner| inner.unlink(dir, path))
     }
 
-    /// `rename`, replacing the target the way POSIX does. A renamed file is placed anew.
+    /// `rename`, replacing the target the way POSIX does. A renamed file is placed anew
+    /// (the policy is asked with no lock held; the answer applies if the file is still there).
     pub fn rename(&self, from_dir: Ino, from: &str, to_dir: Ino, to: &str) -> Result<()> {
-        let mut inner = self.lock();
-        let moved = inner.rename(from_dir, from, to_dir, to)?;
+        self.check_running()?;
+        let moved = self.with(|inner| inner.rename(from_dir, from, to_dir, to))?;
         if let Some((ino, tenant, path)) = moved {
             let hint = self.place(tenant, &path, OpenReason::Rename, 0);
-            inner.set_hint(ino, hint)?;
+            self.with(|inner| {
+                if inner.state.inodes.contains_key(&ino) && inner.state.any_path(ino) == path {
+                    inner.set_hint(ino, hint)?;
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }
 
     /// `link`: a second name for a file.
     pub fn link(&self, from_dir: Ino, from: &str, to_dir: Ino, to: &str) -> Result<()> {
-        self.lock().link(from_dir, from, to_dir, to)
+        self.check_running()?;
+        self.with(|inner| inner.link(from_dir, from, to_dir, to))
     }
 
     /// Sets access and modification times (None leaves one unchanged).
     pub fn set_times(&self, ino: Ino, atime_ns: Option<u64>, mtime_ns: Option<u64>) -> Result<()> {
-        self.lock().set_times(ino, atime_ns, mtime_ns)
+        self.check_running()?;
+        self.flush_file(ino)?;
+        self.with(|inner| inner.set_times(ino, atime_ns, mtime_ns))
     }
 
-    /// Opens (and maybe creates) a file.
+    /// Opens (and maybe creates) a file. The placement is asked with no lock held; if the
+    /// namespace changed meanwhile, the question is asked again.
     pub fn open_file(&self, dir: Ino, path: &str, opts: OpenOptions) -> Result<FileHandle> {
-        let mut inner = self.lock();
-        let (parent, name) = inner.state.resolve_parent(dir, path)?;
-        let tenant = inner.state.inode(parent)?.tenant;
-        let existing = inner.state.inode(parent)?.entries.get(&name).copied();
         let wants_write = opts.write || opts.append || opts.truncate;
-        let ino = match existing {
-            Some(_) if opts.create && opts.exclusive => return Err(Error::Exists),
-            Some(ino) => {
-                let inode = inner.state.inode(ino)?;
-                if inode.kind == FileKind::Dir {
-                    return Err(Error::IsDir);
-                }
-                if path.ends_with('/') {
-                    return Err(Error::NotDir);
-                }
-                if wants_write && inner.open.get(&ino).is_none_or(|o| o.writers == 0) {
-                    let size = inode.size;
-                    let full = inner.state.path_of_new(parent, &name);
-                    let hint = self.place(tenant, &full, OpenReason::OpenForWrite, size);
-                    inner.set_hint(ino, hint)?;
-                }
-                ino
-            }
-            None if opts.create => {
-                if path.ends_with('/') {
-                    return Err(Error::IsDir);
-                }
-                let full = inner.state.path_of_new(parent, &name);
-                let hint = self.place(tenant, &full, OpenReason::Create, 0);
-                inner.create_file(parent, &name, hint)?
-            }
-            None => return Err(Error::NotFound),
-        };
-        let id = inner.open_handle(ino, opts)?;
-        if opts.truncate && inner.state.inode(ino)?.size > 0 {
-            if let Err(e) = inner.set_len(ino, 0) {
-                let _ = inner.close_handle(id);
-                return Err(e);
-            }
+        if wants_write || opts.create {
+            self.check_running()?;
         }
-        Ok(FileHandle {
-            store: self.clone(),
-            id,
-            ino,
-        })
+        let mut decided: Option<(OpenReason, String, Hint)> = None;
+        loop {
+            let mut inner = self.lock()?;
+            let (parent, name) = inner.state.resolve_parent(dir, path)?;
+            let tenant = inner.state.inode(parent)?.tenant;
+            let existing = inner.state.inode(parent)?.entries.get(&name).copied();
+            // The placement question this open asks, if any.
+            let question = match existing {
+                Some(_) if opts.create && opts.exclusive => return Err(Error::Exists),
+                Some(ino) => {
+                    let inode = inner.state.inode(ino)?;
+                    if inode.kind == FileKind::Dir {
+                        return Err(Error::IsDir);
+                    }
+                    if path.ends_with('/') {
+                        return Err(Error::NotDir);
+                    }
+                    let first_writer = inner.open.get(&ino).is_none_or(|o| o.writers == 0);
+                    (wants_write && first_writer).then(|| {
+                        let full = inner.state.path_of_new(parent, &name);
+                        (OpenReason::OpenForWrite, full, inode.size)
+                    })
+                }
+                None if opts.create => {
+                    if path.ends_with('/') {
+                        return Err(Error::IsDir);
+                    }
+                    let full = inner.state.path_of_new(parent, &name);
+                    Some((OpenReason::Create, full, 0))
+                }
+                None => return Err(Error::NotFound),
+            };
+            let hint = match question {
+                None => None,
+                Some((reason, full, size)) => match &decided {
+                    Some((r, p, hint)) if *r == reason && *p == full => Some(*hint),
+                    _ => {
+                        drop(inner);
+                        let hint = self.place(tenant, &full, reason, size);
+                        decided = Some((reason, full, hint));
+                        continue;
+                    }
+                },
+            };
+            let ino = match (existing, hint) {
+                (Some(ino), Some(hint)) => {
+                    inner.set_hint(ino, hint)?;
+                    ino
+                }
+                (Some(ino), None) => ino,
+                (None, hint) => {
+                    let hint = hint.expect("a create always asks the placement");
+                    inner.create_file(parent, &name, hint)?
+                }
+            };
+            let id = inner.open_handle(ino, opts)?;
+            let truncate = opts.truncate && inner.state.inode(ino)?.size > 0;
+            self.release(inner)?;
+            let handle = FileHandle {
+                store: self.clone(),
+                id,
+                ino,
+            };
+            if truncate {
+                // On failure the handle closes as it drops.
+                self.set_len(id, ino, 0)?;
+            }
+            return Ok(handle);
+        }
     }
 
     /// Makes every buffered write and metadata change durable.
     pub fn sync(&self) -> Result<()> {
-        let mut inner = self.lock();
-        inner.flush_all()?;
-        inner.commit()
+        let inos: Vec<Ino> = self.lock()?.open.keys().copied().collect();
+        let mut first_error = None;
+        for ino in inos {
+            if let Err(e) = self.flush_or_sync_conventional(ino) {
+                if !matches!(e, Error::NotFound | Error::BadHandle) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.commit()?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Checks every invariant of the store; see [`FsckReport`].
     pub fn fsck(&self) -> Result<FsckReport> {
-        let inner = self.lock();
+        let inner = self.lock()?;
         fsck::check(&inner)
     }
 
     /// The accounting so far.
     pub fn stats(&self) -> Stats {
-        self.lock().stats()
+        let (commits, joined) = self.shared.commit.counts();
+        let Ok(inner) = self.lock() else {
+            return Stats::default();
+        };
+        let mut stats = inner.stats();
+        stats.group_commits = commits;
+        stats.syncs_joined = joined;
+        stats
     }
 
     /// Every data zone that a stream owns now, as (zone, tenant, stream), by zone. Read-only;
     /// for tools and tests that check that tenants and streams never share a zone.
     pub fn zone_owners(&self) -> Vec<(ZoneId, TenantId, u32)> {
-        let inner = self.lock();
+        let Ok(inner) = self.lock() else {
+            return Vec::new();
+        };
         let owners = inner.state.zones.owner.iter().enumerate();
         owners
             .filter_map(|(zone, owner)| match owner {
@@ -500,6 +847,37 @@ impl Store {
     /// Flushes everything and commits; the store stays usable. Same as [`Store::sync`].
     pub fn unmount(self) -> Result<()> {
         self.sync()
+    }
+
+    /// Closes handle `id` of `ino`: its data and metadata are durable on return. The handle
+    /// is gone even when that fails; data whose write failed stays with the file.
+    fn close_handle(&self, id: u64, ino: Ino) -> Result<()> {
+        if !self.lock()?.handles.contains_key(&id) {
+            return Ok(());
+        }
+        // Durable on close, as the Valet paper promises and as applications assume.
+        let synced = self
+            .flush_or_sync_conventional(ino)
+            .and_then(|()| self.commit());
+        let freed = self.with(|inner| {
+            let Some(handle) = inner.handles.remove(&id) else {
+                return Ok(false);
+            };
+            let of = inner
+                .open
+                .get_mut(&ino)
+                .expect("open handle has open state");
+            of.refs -= 1;
+            if handle.write {
+                of.writers -= 1;
+            }
+            inner.settle_closed(ino)
+        })?;
+        self.notify();
+        if freed {
+            self.commit()?;
+        }
+        synced
     }
 }
 
@@ -518,39 +896,18 @@ impl FileHandle {
 
     /// Reads at `offset`; returns fewer bytes only at end of file.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let mut inner = self.store.lock();
-        let h = inner.handle(self.id)?;
-        if !h.read {
-            return Err(Error::NotPermitted("reading"));
-        }
-        inner.read(self.ino, buf, offset)
+        self.store.read_data(Some(self.id), self.ino, buf, offset)
     }
 
     /// Writes all of `data` at `offset` (or at the end of file for an append handle; the
     /// offset written at is returned).
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<u64> {
-        let mut inner = self.store.lock();
-        let h = inner.handle(self.id)?;
-        if !h.write {
-            return Err(Error::NotPermitted("writing"));
-        }
-        let at = if h.append {
-            inner.state.inode(self.ino)?.size
-        } else {
-            offset
-        };
-        inner.write(self.ino, data, at)?;
-        Ok(at)
+        self.store.write_data(self.id, self.ino, data, offset)
     }
 
     /// `ftruncate`.
     pub fn set_len(&self, size: u64) -> Result<()> {
-        let mut inner = self.store.lock();
-        if !inner.handle(self.id)?.write {
-            // POSIX: EINVAL when the descriptor is not open for writing.
-            return Err(Error::Invalid("file not open for writing"));
-        }
-        inner.set_len(self.ino, size)
+        self.store.set_len(self.id, self.ino, size)
     }
 
     /// `fdatasync`: the file's data and what is needed to find it are durable on return.
@@ -560,21 +917,19 @@ impl FileHandle {
 
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
-        let mut inner = self.store.lock();
-        inner.handle(self.id)?;
-        inner.sync_file(self.ino)?;
-        let tenant = inner.state.inode(self.ino)?.tenant;
-        let path = inner.state.any_path(self.ino);
-        drop(inner);
-        self.store.placement(tenant).event(&FileEvent::Synced {
-            tenant,
-            path: &path,
-        });
-        Ok(())
+        self.store.lock()?.handle(self.id)?;
+        self.store.flush_or_sync_conventional(self.ino)?;
+        self.store.commit()?;
+        self.store.with(|inner| {
+            let tenant = inner.state.inode(self.ino)?.tenant;
+            let path = inner.state.any_path(self.ino);
+            inner.events.push(Event::Synced { tenant, path });
+            Ok(())
+        })
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
-        self.store.lock().metadata(self.ino)
+        self.store.lock()?.metadata(self.ino)
     }
 
     /// Readahead (`fd_advise` WILLNEED): reads up to 8 MiB of the range through the device
@@ -587,7 +942,9 @@ impl FileHandle {
         let end = offset.saturating_add(len.min(MAX));
         while at < end && !scratch.is_empty() {
             let n = (end - at).min(scratch.len() as u64) as usize;
-            let got = self.store.lock().read(self.ino, &mut scratch[..n], at)?;
+            let got = self
+                .store
+                .read_data(None, self.ino, &mut scratch[..n], at)?;
             if got < n {
                 break;
             }
@@ -598,21 +955,19 @@ impl FileHandle {
 
     /// Sets access and modification times (None leaves one unchanged).
     pub fn set_times(&self, atime_ns: Option<u64>, mtime_ns: Option<u64>) -> Result<()> {
-        self.store.lock().set_times(self.ino, atime_ns, mtime_ns)
+        self.store.set_times(self.ino, atime_ns, mtime_ns)
     }
 
     /// Whether this handle appends.
     pub fn is_append(&self) -> bool {
         self.store
             .lock()
-            .handles
-            .get(&self.id)
-            .is_some_and(|h| h.append)
+            .is_ok_and(|inner| inner.handles.get(&self.id).is_some_and(|h| h.append))
     }
 
     /// Switches append mode (`fd_fdstat_set_flags`).
     pub fn set_append(&self, append: bool) -> Result<()> {
-        let mut inner = self.store.lock();
+        let mut inner = self.store.lock()?;
         inner
             .handles
             .get_mut(&self.id)
@@ -621,19 +976,16 @@ impl FileHandle {
         Ok(())
     }
 
-    /// Closes the file: its data and metadata are durable on return.
+    /// Closes the file: its data and metadata are durable on return, or the error says why
+    /// not (and the data stays with the file, to be written by a later sync).
     pub fn close(self) -> Result<()> {
-        self.close_inner()
-    }
-
-    fn close_inner(&self) -> Result<()> {
-        self.store.lock().close_handle(self.id)
+        self.store.close_handle(self.id, self.ino)
     }
 }
 
 impl Drop for FileHandle {
     fn drop(&mut self) {
-        let _ = self.close_inner();
+        let _ = self.store.close_handle(self.id, self.ino);
     }
 }
 
@@ -643,16 +995,47 @@ impl Inner {
     fn record(&mut self, op: MetaOp) -> Result<()> {
         self.state.apply(&op)?;
         self.pending.push(op);
+        self.changes += 1;
         self.reclaim_emptied();
         Ok(())
     }
 
-    /// Commits once `max_pending_ops` are pending; called where an operation is complete.
-    fn commit_if_due(&mut self) -> Result<()> {
-        if self.pending.len() >= self.config.max_pending_ops {
-            self.commit()?;
+    /// Lets go of a file nobody has open: its open state goes once nothing of it is left
+    /// to write (or, with no name left, at once: nobody can read that data any more), and
+    /// an unlinked file is freed then. Returns whether a file was freed.
+    fn settle_closed(&mut self, ino: Ino) -> Result<bool> {
+        let Some(of) = self.open.get(&ino) else {
+            return Ok(false);
+        };
+        let writing = of.busy || of.inflight.iter().any(|d| d.writing);
+        if of.refs > 0 || writing {
+            return Ok(false);
         }
-        Ok(())
+        let inode = self.state.inode(ino)?;
+        let (tenant, size, nlink) = (inode.tenant, inode.size, inode.nlink);
+        if nlink > 0 && of.has_unwritten() {
+            return Ok(false);
+        }
+        let of = self.open.remove(&ino).expect("checked above");
+        if let Some(w) = of.window {
+            self.pool.give_back(w.buf);
+        }
+        for d in of.inflight {
+            if let (true, Ok(buf)) = (d.pooled, Arc::try_unwrap(d.buf)) {
+                self.pool.give_back(buf);
+            }
+        }
+        let path = self.state.any_path(ino);
+        self.events.push(Event::Closed {
+            tenant,
+            path: path.clone(),
+            size,
+        });
+        if nlink == 0 {
+            self.free_inode(ino, &path)?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     fn handle(&self, id: u64) -> Result<&Handle> {
@@ -662,34 +1045,6 @@ impl Inner {
     fn touch(&mut self) -> u64 {
         self.tick += 1;
         self.tick
-    }
-
-    /// Makes pending metadata and every device write so far durable: one journal record and
-    /// one device sync. Zones freed by the committed operations are reset afterwards.
-    fn commit(&mut self) -> Result<()> {
-        if self.pending.is_empty() && !self.unsynced_writes {
-            return Ok(());
-        }
-        let mut rotated = false;
-        if !self.pending.is_empty() && !self.journal.append(&self.pending)? {
-            // The active metadata zone is full: checkpoint into the other one. The data the
-            // checkpoint refers to must be durable before the checkpoint can be.
-            self.device.sync()?;
-            self.counters.syncs += 1;
-            self.journal.checkpoint(&self.state.snapshot())?;
-            rotated = true;
-        }
-        self.device.sync()?;
-        self.counters.syncs += 1;
-        self.pending.clear();
-        self.unsynced_writes = false;
-        if rotated {
-            self.journal.retire_previous()?;
-        }
-        if let Some(conv) = &mut self.conv {
-            conv.remove_freed()?;
-        }
-        self.reset_freed_zones()
     }
 
     fn metadata(&self, ino: Ino) -> Result<Metadata> {
@@ -724,15 +1079,7 @@ impl Inner {
     fn open_handle(&mut self, ino: Ino, opts: OpenOptions) -> Result<u64> {
         let write = opts.write || opts.append;
         let tick = self.touch();
-        let entry = self.open.entry(ino).or_insert(OpenFile {
-            refs: 0,
-            writers: 0,
-            window: None,
-            last_use: tick,
-            unreported: 0,
-            host: None,
-            host_dirty: false,
-        });
+        let entry = self.open.entry(ino).or_insert_with(|| OpenFile::new(tick));
         entry.refs += 1;
         if write {
             entry.writers += 1;
@@ -742,47 +1089,12 @@ impl Inner {
         self.handles.insert(
             id,
             Handle {
-                ino,
                 write,
                 read: opts.read || !write,
                 append: opts.append,
             },
         );
         Ok(id)
-    }
-
-    fn close_handle(&mut self, id: u64) -> Result<()> {
-        let Some(handle) = self.handles.remove(&id) else {
-            return Ok(());
-        };
-        let ino = handle.ino;
-        // Durable on close, as the Valet paper promises and as applications assume.
-        let synced = self.sync_file(ino);
-        let of = self.open.get_mut(&ino).expect("open handle has open state");
-        of.refs -= 1;
-        if handle.write {
-            of.writers -= 1;
-        }
-        if of.refs > 0 {
-            return synced;
-        }
-        let of = self.open.remove(&ino).expect("checked above");
-        if let Some(w) = of.window {
-            self.pool.give_back(w.buf);
-        }
-        let inode = self.state.inode(ino)?;
-        let (tenant, size, nlink) = (inode.tenant, inode.size, inode.nlink);
-        let path = self.state.any_path(ino);
-        self.placements.get(tenant).event(&FileEvent::Closed {
-            tenant,
-            path: &path,
-            size,
-        });
-        if nlink == 0 {
-            self.free_inode(ino, &path)?;
-            self.commit()?;
-        }
-        synced
     }
 
     /// Sets a file's hint (a new open or a rename decided again). The class never changes
@@ -797,7 +1109,6 @@ impl Inner {
     }
 
     fn set_times(&mut self, ino: Ino, atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
-        self.flush(ino)?;
         let inode = self.state.inode(ino)?;
         let op = MetaOp::SetAttr {
             ino,
@@ -806,8 +1117,7 @@ impl Inner {
             mtime_ns: mtime.unwrap_or(inode.mtime_ns),
             ctime_ns: now_ns(),
         };
-        self.record(op)?;
-        self.commit_if_due()
+        self.record(op)
     }
 
     fn stats(&self) -> Stats {
@@ -826,7 +1136,10 @@ impl Inner {
             }
         }
         let mut stats = Stats {
-            meta_bytes: self.journal.bytes_written,
+            meta_bytes: self.meta_bytes,
+            buffer_waits: self.counters.buffer_waits,
+            buffer_wait_ns: self.counters.buffer_wait_ns,
+            background_flushes: self.counters.background_flushes,
             zone_resets: self.counters.resets,
             zone_finishes: self.counters.finishes,
             device_syncs: self.counters.syncs,

@@ -58,11 +58,11 @@ pub(super) fn mount(
     device: Arc<dyn ZonedDevice>,
     config: StoreConfig,
     placements: Arc<Placements>,
-) -> Result<Inner> {
+) -> Result<(Inner, Journal)> {
     check_config(&*device, &config)?;
     let geometry = device.geometry();
     let bs = geometry.block_size as u64;
-    let (state, journal) = match journal::recover(&*device)? {
+    let (state, mut journal) = match journal::recover(&*device)? {
         None => format(&device)?,
         Some(rec) => {
             let mut state = State::from_snapshot(geometry, rec.snapshot)?;
@@ -110,13 +110,21 @@ pub(super) fn mount(
         Some(path) => Some(ConventionalArea::open(path)?),
         None => None,
     };
+    let wp: Vec<u64> = report
+        .iter()
+        .map(|z| match z.state {
+            ZoneState::Full => cap_blocks,
+            _ => z.write_pointer / bs,
+        })
+        .collect();
+    let zones = wp.len();
     let mut inner = Inner {
         device: device.clone(),
         pool: BufferPool::new(config.buffers, config.buffer_size),
         config,
         state,
-        journal,
         pending: Vec::new(),
+        changes: 0,
         unsynced_writes: false,
         open: Default::default(),
         handles: Default::default(),
@@ -124,33 +132,33 @@ pub(super) fn mount(
         heads: HashMap::new(),
         head_used: HashMap::new(),
         current_group: HashMap::new(),
-        wp: report
-            .iter()
-            .map(|z| match z.state {
-                ZoneState::Full => cap_blocks,
-                _ => z.write_pointer / bs,
-            })
-            .collect(),
+        written: wp.clone(),
+        wp,
+        fault: vec![false; zones],
+        seal_pending: vec![false; zones],
         free: BTreeSet::new(),
         to_reset: BTreeSet::new(),
         conv,
         counters: Counters::default(),
         tick: 0,
         placements,
+        events: Vec::new(),
+        meta_bytes: 0,
     };
     inner.settle_zones()?;
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
     inner.device.sync()?;
-    inner.journal.checkpoint(&inner.state.snapshot())?;
+    journal.checkpoint(&inner.state.snapshot())?;
     inner.device.sync()?;
-    inner.journal.retire_previous()?;
+    journal.retire_previous()?;
     inner.pending.clear();
     inner.unsynced_writes = false;
     // Only now that no journal names the orphans' data may their zones be reset: before,
     // a crash would replay a journal whose newest extents read back as reset zones.
-    inner.reset_freed_zones()?;
-    Ok(inner)
+    inner.reset_now()?;
+    inner.meta_bytes = journal.bytes_written;
+    Ok((inner, journal))
 }
 
 /// Formats a blank device; refuses one that holds data but no journal.
@@ -207,13 +215,14 @@ impl Inner {
                     if partial && !self.heads.contains_key(&key) {
                         self.heads.insert(key, ZnsHead { zone, group: 0 });
                     } else if partial {
-                        self.finish_zone(zone)?;
+                        self.seal(zone)?;
                     }
                 }
                 Some(ZoneUse::Data(_)) | None => {
                     if self.wp[z] > 0 || self.device.zone_info(zone)?.state != ZoneState::Empty {
                         self.device.reset(zone)?;
                         self.wp[z] = 0;
+                        self.written[z] = 0;
                     }
                     if self.state.zones.owner[z].is_some() {
                         self.state.apply(&MetaOp::ReleaseZone { zone })?;

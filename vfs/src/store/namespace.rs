@@ -6,9 +6,10 @@
 //! reaches above its tenant's root or into another tenant. Names are at most 255 bytes and
 //! contain no NUL. There are no symlinks.
 
+use super::events::Event;
 use super::state::{FileKind, Ino, MetaOp, State, TenantId};
 use super::{effective_class, now_ns, DirEntry, Inner};
-use crate::hint::{FileEvent, Hint};
+use crate::hint::Hint;
 use crate::{Error, Result};
 
 const NAME_MAX: usize = 255;
@@ -192,7 +193,6 @@ impl Inner {
             ino,
         })?;
         self.touch_dir(parent)?;
-        self.commit_if_due()?;
         Ok(ino)
     }
 
@@ -225,7 +225,6 @@ impl Inner {
             ino,
         })?;
         self.touch_dir(parent)?;
-        self.commit_if_due()?;
         Ok(ino)
     }
 
@@ -247,7 +246,7 @@ impl Inner {
         self.record(MetaOp::Unlink { dir: parent, name })?;
         self.record(MetaOp::FreeInode { ino })?;
         self.touch_dir(parent)?;
-        self.commit_if_due()
+        Ok(())
     }
 
     pub(super) fn unlink(&mut self, dir: Ino, path: &str) -> Result<()> {
@@ -274,7 +273,7 @@ impl Inner {
         let full = self.state.path_of_new(parent, &name);
         self.drop_link(parent, &name, ino, &full)?;
         self.touch_dir(parent)?;
-        self.commit_if_due()
+        Ok(())
     }
 
     /// Removes one entry; frees the file if that was its last link and nobody has it open.
@@ -287,8 +286,16 @@ impl Inner {
         if inode.kind == FileKind::Dir {
             return self.record(MetaOp::FreeInode { ino });
         }
-        if inode.nlink == 0 && !self.open.contains_key(&ino) {
-            self.free_inode(ino, path)?;
+        if inode.nlink == 0 {
+            match self.open.get(&ino) {
+                None => self.free_inode(ino, path)?,
+                // Held only for data whose write failed: with the last name gone, that
+                // data has no reader left.
+                Some(of) if of.refs == 0 => {
+                    self.settle_closed(ino)?;
+                }
+                Some(_) => {}
+            }
         }
         Ok(())
     }
@@ -308,9 +315,9 @@ impl Inner {
             }
         }
         self.record(MetaOp::FreeInode { ino })?;
-        self.placements.get(tenant).event(&FileEvent::Deleted {
+        self.events.push(Event::Deleted {
             tenant,
-            path,
+            path: path.to_string(),
             hint,
             lifetime_bytes,
             lifetime_secs,
@@ -377,7 +384,6 @@ impl Inner {
         })?;
         self.touch_dir(src_parent)?;
         self.touch_dir(dst_parent)?;
-        self.commit_if_due()?;
         if kind == FileKind::Dir {
             return Ok(None);
         }
@@ -407,7 +413,7 @@ impl Inner {
             ino,
         })?;
         self.touch_dir(parent)?;
-        self.commit_if_due()
+        Ok(())
     }
 
     /// A directory changed: its mtime and ctime move.

@@ -108,6 +108,13 @@ pub enum MetaOp {
     ReleaseZone {
         zone: ZoneId,
     },
+    /// A flush of bytes written before the file reached `size`: the size grows to it (and
+    /// never shrinks, since later writes may already have grown it further).
+    Extend {
+        ino: Ino,
+        size: u64,
+        mtime_ns: u64,
+    },
 }
 
 /// What a checkpoint holds: everything but the derived zone validity.
@@ -267,6 +274,16 @@ impl State {
                 for ext in dropped {
                     self.invalidate(ext);
                 }
+            }
+            MetaOp::Extend {
+                ino,
+                size,
+                mtime_ns,
+            } => {
+                let inode = self.inode_mut(*ino)?;
+                inode.size = inode.size.max(*size);
+                inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
+                inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
             }
             MetaOp::SetHint { ino, hint } => {
                 let inode = self.inode_mut(*ino)?;

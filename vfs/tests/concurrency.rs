@@ -1,0 +1,232 @@
+//! The write path keeps files, threads and tenants out of each other's way: a read does not
+//! wait for another file's sync, concurrent syncs share device flushes, and a failed flush
+//! is reported and loses nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
+use valet_vfs::{OpenOptions, Store, StoreConfig};
+
+fn geometry() -> Geometry {
+    Geometry {
+        zone_count: 32,
+        zone_size: 1 << 20,
+        zone_capacity: 1 << 20,
+        block_size: 4096,
+        max_open: 12,
+        max_active: 12,
+    }
+}
+
+/// A memory device whose flushes can be slowed down and whose writes can be made to fail,
+/// counting flushes.
+struct Faulty {
+    inner: MemoryDevice,
+    sync_delay_ms: AtomicU64,
+    fail_writes: AtomicBool,
+    syncs: AtomicU64,
+}
+
+impl Faulty {
+    fn new() -> Arc<Faulty> {
+        Arc::new(Faulty {
+            inner: MemoryDevice::new(geometry()).unwrap(),
+            sync_delay_ms: AtomicU64::new(0),
+            fail_writes: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    fn broken() -> DeviceError {
+        DeviceError::Io(std::io::Error::other("injected write failure"))
+    }
+}
+
+impl ZonedDevice for Faulty {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn report_zones(&self) -> Vec<ZoneInfo> {
+        self.inner.report_zones()
+    }
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        // Metadata zones (0 and 1) stay writable: the fault is in the data path.
+        if zone > 1 && self.fail_writes.load(Ordering::SeqCst) {
+            return Err(Self::broken());
+        }
+        self.inner.write(zone, offset, data)
+    }
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.inner.append(zone, data)
+    }
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.inner.read(zone, offset, buf)
+    }
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.reset(zone)
+    }
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.finish(zone)
+    }
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.open(zone)
+    }
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.close(zone)
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        let delay = self.sync_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            thread::sleep(Duration::from_millis(delay));
+        }
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        self.inner.sync()
+    }
+}
+
+fn mount(dev: &Arc<Faulty>) -> Store {
+    let config = StoreConfig {
+        buffers: 16,
+        buffer_size: 64 * 1024,
+        ..Default::default()
+    };
+    Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+}
+
+#[test]
+fn a_read_does_not_wait_for_another_files_slow_sync() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let data = vec![7u8; 100_000];
+    let reader = store
+        .open_file(root, "table", OpenOptions::create())
+        .unwrap();
+    reader.write_at(&data, 0).unwrap();
+    reader.sync_all().unwrap();
+    let log = store.open_file(root, "log", OpenOptions::create()).unwrap();
+    log.write_at(b"a record", 0).unwrap();
+
+    dev.sync_delay_ms.store(200, Ordering::SeqCst);
+    let syncing = thread::spawn(move || {
+        log.sync_all().unwrap();
+        log
+    });
+    // Let the sync reach the device.
+    while dev.syncs.load(Ordering::SeqCst) == 0 && !syncing.is_finished() {
+        thread::sleep(Duration::from_millis(1));
+    }
+    thread::sleep(Duration::from_millis(20));
+    let started = Instant::now();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(reader.read_at(&mut buf, 0).unwrap(), data.len());
+    let took = started.elapsed();
+    assert_eq!(buf, data);
+    assert!(
+        !syncing.is_finished(),
+        "the slow sync ended before the read was timed"
+    );
+    assert!(
+        took < Duration::from_millis(100),
+        "the read waited {took:?} behind another file's sync"
+    );
+    syncing.join().unwrap();
+}
+
+#[test]
+fn concurrent_syncs_share_device_flushes() {
+    const SYNCERS: usize = 8;
+    const ROUNDS: usize = 5;
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    // Slow flushes, so that syncers arrive while one is running (as on a real disk).
+    dev.sync_delay_ms.store(20, Ordering::SeqCst);
+    let before = dev.syncs.load(Ordering::SeqCst);
+    let barrier = Arc::new(Barrier::new(SYNCERS));
+    let threads: Vec<_> = (0..SYNCERS)
+        .map(|i| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let f = store
+                    .open_file(root, &format!("f{i}"), OpenOptions::create())
+                    .unwrap();
+                for round in 0..ROUNDS {
+                    f.write_at(&[round as u8; 430], (round * 430) as u64)
+                        .unwrap();
+                    barrier.wait();
+                    f.sync_data().unwrap();
+                }
+                f
+            })
+        })
+        .collect();
+    let files: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let flushes = dev.syncs.load(Ordering::SeqCst) - before;
+    // One flush per sync would be 40; grouped, each round needs about two.
+    assert!(
+        flushes <= (ROUNDS * 3) as u64,
+        "{flushes} device flushes for {} syncs",
+        SYNCERS * ROUNDS
+    );
+    let stats = store.stats();
+    assert!(stats.syncs_joined > 0, "no sync joined another's commit");
+    for (i, f) in files.iter().enumerate() {
+        let mut buf = vec![0u8; 430 * ROUNDS];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len(), "file {i}");
+        for round in 0..ROUNDS {
+            assert!(buf[round * 430..(round + 1) * 430]
+                .iter()
+                .all(|&b| b == round as u8));
+        }
+    }
+}
+
+#[test]
+fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let data: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+    let f = store
+        .open_file(root, "precious", OpenOptions::create())
+        .unwrap();
+    dev.fail_writes.store(true, Ordering::SeqCst);
+    f.write_at(&data, 0).unwrap();
+    let err = f.close().expect_err("a close whose flush failed must fail");
+    assert_eq!(err.errno(), libc_eio(), "{err}");
+    // A sync keeps reporting the failure while the device keeps failing.
+    assert!(store.sync().is_err());
+    // The data is still the file's, for readers too.
+    let r = store
+        .open_file(root, "precious", OpenOptions::read())
+        .unwrap();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(r.read_at(&mut buf, 0).unwrap(), data.len());
+    assert_eq!(buf, data);
+    drop(r);
+    // Once the fault clears, a sync writes it, and it survives a remount.
+    dev.fail_writes.store(false, Ordering::SeqCst);
+    store.sync().unwrap();
+    drop(store);
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let r = store
+        .open_file(root, "precious", OpenOptions::read())
+        .unwrap();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(r.read_at(&mut buf, 0).unwrap(), data.len());
+    assert_eq!(buf, data);
+    assert!(store.fsck().unwrap().problems.is_empty());
+}
+
+fn libc_eio() -> i32 {
+    5
+}
