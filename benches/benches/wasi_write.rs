@@ -7,12 +7,12 @@
 //!
 //! - `fd_write/16B`, `fd_write/64B`, `fd_write/4KiB`: one `fd_write` of that many bytes per
 //!   iteration to an open file, no sync (the file wraps to offset 0 every 8 MiB, in the loop).
-//!   The target for 16 B through our adapter is ≤ 350 ns.
+//!   The target for 16 B through our adapter is ≤ 250 ns.
 //! - `create_write_fsync_close/4KiB`: per iteration, create a new file, write 4 KiB, `fsync`,
 //!   close. The files are removed after the loop, outside the measurement.
 //!
 //! `store` is `valet_runtime::host::run` in-process on a store mounted from an `ImageDevice`
-//! (+ conventional area) in a temp directory, as `valet-run` does; `stock` is wasmtime-wasi 36
+//! (+ conventional area) in a temp directory, as `valet-run` does; `stock` is wasmtime-wasi 48
 //! `preview1` with the same temp directory's sibling preopened, the same engine and the same
 //! compiled module. Stock runs with `allow_blocking_current_thread(true)`, as embedders that
 //! run WASI synchronously do, so its file calls are not bounced through tokio's blocking pool.
@@ -41,8 +41,8 @@ use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_vfs::device::{Geometry, IoMode};
 use valet_vfs::Store;
 use wasmtime::{Engine, Linker, Module};
-use wasmtime_wasi::preview1::{self, WasiP1Ctx};
-use wasmtime_wasi::{DirPerms, FilePerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 const MIB: u64 = 1 << 20;
 
@@ -135,6 +135,7 @@ impl Bench {
                     guest_path: "/out".into(),
                 },
             ],
+            trap_unknown_imports: false,
         };
         match host::run(&self.engine, &self.module, &spec, &self.store)? {
             GuestExit::Code(0) => self.loop_time(),
@@ -144,17 +145,28 @@ impl Bench {
 
     fn run_stock(&self, mode: &str, size: usize, count: u64) -> Result<Duration> {
         let mut linker: Linker<WasiP1Ctx> = Linker::new(&self.engine);
-        preview1::add_to_linker_sync(&mut linker, |t| t)?;
+        p1::add_to_linker_sync(&mut linker, |t| t).map_err(anyhow::Error::from)?;
         let mut builder = WasiCtxBuilder::new();
         // Set before the preopens, which copy it.
         builder.allow_blocking_current_thread(true);
         builder.inherit_stderr();
         builder.args(&Self::args(mode, size, count));
-        builder.preopened_dir(&self.stock_dir, "/data", DirPerms::all(), FilePerms::all())?;
-        builder.preopened_dir(&self.out_dir, "/out", DirPerms::all(), FilePerms::all())?;
+        builder
+            .preopened_dir(&self.stock_dir, "/data", FsPerms::ReadWrite)
+            .map_err(anyhow::Error::from)?;
+        builder
+            .preopened_dir(&self.out_dir, "/out", FsPerms::ReadWrite)
+            .map_err(anyhow::Error::from)?;
         let mut store = wasmtime::Store::new(&self.engine, builder.build_p1());
-        let instance = linker.instantiate(&mut store, &self.module)?;
-        let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+        // The shared engine interrupts on epochs (valet-run stops a threaded guest's
+        // threads that way); stock's store never asks to be interrupted.
+        store.set_epoch_deadline(u64::MAX);
+        let instance = linker
+            .instantiate(&mut store, &self.module)
+            .map_err(anyhow::Error::from)?;
+        let start = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .map_err(anyhow::Error::from)?;
         match start.call(&mut store, ()) {
             Ok(()) => {}
             Err(e) => match e.downcast_ref::<I32Exit>() {
