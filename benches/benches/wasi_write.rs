@@ -10,6 +10,11 @@
 //!   The target for 16 B through our adapter is ≤ 250 ns.
 //! - `create_write_fsync_close/4KiB`: per iteration, create a new file, write 4 KiB, `fsync`,
 //!   close. The files are removed after the loop, outside the measurement.
+//! - `stat_missing_depth150`: per iteration, one stat of a missing file (ENOENT) from a guest
+//!   150 calls deep, on the store, with `RUST_BACKTRACE=1` and `=0` in the environment. An
+//!   errno must cost the same either way (no error object, no backtrace). std reads
+//!   `RUST_BACKTRACE` once per process, so each sample runs in a child process (this
+//!   executable again, with `WASI_WRITE_CHILD` set); the figure is still the guest's own loop.
 //!
 //! `store` is `valet_runtime::host::run` in-process on a store mounted from an `ImageDevice`
 //! (+ conventional area) in a temp directory, as `valet-run` does; `stock` is wasmtime-wasi 48
@@ -35,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_vfs::device::{Geometry, IoMode};
@@ -122,7 +127,15 @@ impl Bench {
     }
 
     fn run_store(&self, mode: &str, size: usize, count: u64) -> Result<Duration> {
-        let spec = GuestSpec {
+        let spec = self.store_spec(mode, size, count);
+        match host::run(&self.engine, &self.module, &spec, &self.store)? {
+            GuestExit::Code(0) => self.loop_time(),
+            other => bail!("write_bench on the store: {other:?}"),
+        }
+    }
+
+    fn store_spec(&self, mode: &str, size: usize, count: u64) -> GuestSpec {
+        GuestSpec {
             args: Self::args(mode, size, count),
             env: Vec::new(),
             preopens: vec![
@@ -136,10 +149,6 @@ impl Bench {
                 },
             ],
             trap_unknown_imports: false,
-        };
-        match host::run(&self.engine, &self.module, &spec, &self.store)? {
-            GuestExit::Code(0) => self.loop_time(),
-            other => bail!("write_bench on the store: {other:?}"),
         }
     }
 
@@ -233,5 +242,57 @@ fn wasi_write(c: &mut Criterion) {
     assert!(report.is_clean(), "fsck after the benchmark: {report:?}");
 }
 
-criterion_group!(benches, wasi_write);
-criterion_main!(benches);
+/// The child of `stat_missing_depth150`: one store run of `statmiss` with COUNT stats, its
+/// loop time in nanoseconds on stdout.
+fn child(count: u64) -> Result<()> {
+    let bench = Bench::new()?;
+    let spec = bench.store_spec("statmiss", 150, count);
+    match host::run(&bench.engine, &bench.module, &spec, &bench.store)? {
+        GuestExit::Code(0) => println!("{}", bench.loop_time()?.as_nanos()),
+        other => bail!("write_bench statmiss: {other:?}"),
+    }
+    Ok(())
+}
+
+fn stat_missing(c: &mut Criterion) {
+    let exe = std::env::current_exe().expect("this executable");
+    let run = |backtrace: &str, n: u64| -> Duration {
+        let out = std::process::Command::new(&exe)
+            .env("WASI_WRITE_CHILD", n.to_string())
+            .env("RUST_BACKTRACE", backtrace)
+            .output()
+            .expect("running the child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Duration::from_nanos(text.trim().parse().expect("the child's loop time"))
+    };
+    let mut group = c.benchmark_group("stat_missing_depth150");
+    group.measurement_time(Duration::from_secs(4));
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(1));
+    for (label, value) in [("backtrace_off", "0"), ("backtrace_on", "1")] {
+        group.bench_function(BenchmarkId::new("store", label), |b| {
+            b.iter_custom(|n| run(value, n))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, wasi_write, stat_missing);
+
+fn main() {
+    if let Ok(count) = std::env::var("WASI_WRITE_CHILD") {
+        let count = count.parse().expect("WASI_WRITE_CHILD is a count");
+        if let Err(e) = child(count) {
+            eprintln!("wasi_write child: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

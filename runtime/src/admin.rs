@@ -90,6 +90,14 @@ impl Registry {
     pub fn resolve(&self, spec: &str) -> Result<String> {
         let path = Path::new(spec);
         if spec.ends_with(".wasm") || spec.ends_with(".wat") || spec.contains('/') {
+            // `--policy rocks.wasm` where no such file exists: the built-in of that name.
+            if !path.exists() && !spec.contains('/') {
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+                let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(stem) = stem.filter(|s| modules.contains_key(s.as_str())) {
+                    return Ok(stem);
+                }
+            }
             let bytes =
                 std::fs::read(path).with_context(|| format!("cannot read policy {spec}"))?;
             let name = path
