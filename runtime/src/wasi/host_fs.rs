@@ -228,8 +228,9 @@ impl HostDir {
         Ok(stat_of(&m))
     }
 
+    /// By path (`.`): the descriptor may be `O_PATH`, which futimens refuses.
     pub fn set_times(&self, atim: Option<TimeSpec>, mtim: Option<TimeSpec>) -> Result<(), Errno> {
-        futimens(self.dir.as_raw_fd(), atim, mtim)
+        Ok(self.dir.set_times(".", cap_spec(atim), cap_spec(mtim))?)
     }
 
     pub fn set_times_path(
@@ -272,11 +273,27 @@ impl HostDir {
         Ok((dot, dotdot, items))
     }
 
-    /// `fsync` of the directory itself.
+    /// `fsync` of the directory itself, through a descriptor opened for reading (cap-std
+    /// may hold directories as `O_PATH` descriptors, which fsync refuses).
     pub fn sync(&self) -> Result<(), Errno> {
-        // SAFETY: the descriptor is open for the call.
-        if unsafe { libc::fsync(self.dir.as_raw_fd()) } != 0 {
+        // SAFETY: openat on an open directory descriptor with a NUL-terminated path.
+        let fd = unsafe {
+            libc::openat(
+                self.dir.as_raw_fd(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
             return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: `fd` was just opened and is closed once, here.
+        let synced = unsafe { libc::fsync(fd) };
+        let err = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        if synced != 0 {
+            return Err(err.into());
         }
         Ok(())
     }
