@@ -108,9 +108,9 @@ link f -> the other mount -> EXDEV
 rename f -> the other mount's ../escaped -> EXDEV
 listing -> ok . .. ..\escaped <255 bytes> a d dir f inside inside3 inside4";
 
-/// Where the plain host directory (`/host`, wasi-common's cap-std files) answers otherwise,
-/// and why: it has symlinks (made inside, refused when followed out), the host's PATH_MAX,
-/// Linux's EBUSY, and wasi-common's EBADF for a directory of another kind.
+/// Where the plain host directory (`/host`, served through cap-std) answers otherwise, and
+/// why: it has symlinks (made inside, refused when followed out), the host's PATH_MAX and
+/// Linux's EBUSY. A rename or link to the other mount is EXDEV from both sides.
 const HOST_OVERRIDES: &[(&str, &str)] = &[
     ("symlink up -> ..", "ok"),
     ("symlink a/deep -> ../../sentinel.txt", "ok"),

@@ -634,7 +634,7 @@ fn fd_fdstat_set_flags(w: &WasiCtx, fd: u32, flags: u16) -> R<()> {
         Kind::StoreFile(f) => f.handle.set_append(flags & fdflags::APPEND != 0)?,
         Kind::HostFile(_) => {}
         Kind::Stream(s) => s.set_nonblocking(flags & fdflags::NONBLOCK != 0)?,
-        Kind::Listener(_) => {}
+        Kind::Listener(l) => l.set_nonblocking(flags & fdflags::NONBLOCK != 0)?,
         _ => return Err(Errno::BADF),
     }
     d.flags.store(flags, Ordering::Relaxed);

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use valet_vfs::{Ino, Store};
-use wasmtime::{Caller, Linker, Memory, SharedMemory};
+use wasmtime::{Caller, Memory, SharedMemory};
 
 use abi::Errno;
 use mem::GuestMem;
@@ -128,10 +128,7 @@ impl WasiCtx {
                     Some(guest_path),
                 ),
                 Preopened::Host { dir, guest_path } => (Kind::HostDir(dir), Some(guest_path)),
-                Preopened::Listener(l) => {
-                    l.set_nonblocking(true).context("a preopened listener")?;
-                    (Kind::Listener(l), None)
-                }
+                Preopened::Listener(l) => (Kind::Listener(l), None),
             };
             let mut desc = Desc::new(kind, 0);
             desc.preopen = path;
@@ -234,9 +231,4 @@ pub(crate) fn view<'a>(
     };
     let GuestState { wasi, scratch, .. } = st;
     (mem, &**wasi, scratch)
-}
-
-/// Registers everything a guest may import from WASI except `thread-spawn`.
-pub fn link(linker: &mut Linker<GuestState>) -> Result<()> {
-    add_to_linker(linker)
 }
