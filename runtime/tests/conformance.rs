@@ -144,18 +144,6 @@ const DIFFERENCES: &[Difference] = &[
         why: "stock (cap-std) refuses a trailing slash on rmdir; POSIX and Linux accept it",
     },
     Difference {
-        label: "rename r2/moved -> r2/.",
-        valet: "EINVAL",
-        stock: "EBUSY",
-        why: "POSIX says EINVAL for a final `.` or `..` in rename; Linux says EBUSY",
-    },
-    Difference {
-        label: "rename . -> r2/x",
-        valet: "EINVAL",
-        stock: "EBUSY",
-        why: "POSIX says EINVAL for a final `.` or `..` in rename; Linux says EBUSY",
-    },
-    Difference {
         label: "fd_allocate 0+8192",
         valet: "ok",
         stock: "ENOTSUP",

@@ -1060,12 +1060,23 @@ fn two_path_op(
     let (from, to) = (dir_of(&d)?, dir_of(&d2)?);
     let (path, path2) = (m.string(p, pl)?, m.string(p2, pl2)?);
     match (from, to) {
-        (DirRef::Store(a), DirRef::Store(b)) if rename => a.rename(&path, b, &path2),
+        (DirRef::Store(a), DirRef::Store(b)) if rename => match a.rename(&path, b, &path2) {
+            // A final `.` or `..`: POSIX says EINVAL, Linux (and so stock wasmtime) EBUSY;
+            // programs are written against Linux.
+            Err(Errno::INVAL) if ends_in_dot(&path) || ends_in_dot(&path2) => Err(Errno::BUSY),
+            r => r,
+        },
         (DirRef::Store(a), DirRef::Store(b)) => a.link(&path, b, &path2),
         (DirRef::Host(a), DirRef::Host(b)) if rename => a.rename(&path, b, &path2),
         (DirRef::Host(a), DirRef::Host(b)) => a.link(&path, b, &path2),
         _ => Err(Errno::XDEV),
     }
+}
+
+/// Whether a path's last component is `.` or `..`.
+fn ends_in_dot(path: &str) -> bool {
+    let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    last == "." || last == ".."
 }
 
 #[allow(clippy::too_many_arguments)]
