@@ -191,3 +191,42 @@ impl GuestMem {
         String::from_utf8(v).map_err(|_| Errno::ILSEQ)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_and_stores_are_bounds_checked() {
+        let mut data = vec![0u8; 64];
+        let m = GuestMem::plain(&mut data);
+        m.put_u64(56, 0x0102_0304_0506_0708).unwrap();
+        assert_eq!(m.u64(56).unwrap(), 0x0102_0304_0506_0708);
+        assert_eq!(m.u32(56).unwrap(), 0x0506_0708);
+        assert_eq!(m.u64(57), Err(Errno::FAULT));
+        assert_eq!(m.put_u32(61, 1), Err(Errno::FAULT));
+        assert_eq!(m.u8(u32::MAX), Err(Errno::FAULT));
+        let mut scratch = Vec::new();
+        assert_eq!(m.bytes(60, 5, &mut scratch), Err(Errno::FAULT));
+        assert_eq!(m.bytes(56, 2, &mut scratch).unwrap(), &[8, 7]);
+        assert_eq!(m.string(0, 65), Err(Errno::FAULT));
+        m.write_bytes(0, &[0xff, 0xfe]).unwrap();
+        assert_eq!(m.string(0, 2), Err(Errno::ILSEQ));
+    }
+
+    #[test]
+    fn shared_memory_goes_through_scratch() {
+        let mut data = vec![7u8; 32];
+        let m = GuestMem::shared(data.as_mut_ptr(), data.len());
+        let mut scratch = Vec::new();
+        assert_eq!(m.bytes(0, 4, &mut scratch).unwrap(), &[7, 7, 7, 7]);
+        let n = m
+            .fill(8, 4, &mut scratch, |b: &mut [u8]| -> Result<usize, Errno> {
+                b[..2].copy_from_slice(&[1, 2]);
+                Ok(2)
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(&data[8..12], &[1, 2, 7, 7]);
+    }
+}

@@ -145,3 +145,47 @@ impl Table {
         self.entries.drain(..).flatten().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc() -> Arc<Desc> {
+        Arc::new(Desc::new(Kind::Stdin, 0))
+    }
+
+    #[test]
+    fn numbering_follows_wasmtime_preview1() {
+        let mut t = Table::default();
+        for want in 0..6 {
+            assert_eq!(t.push(desc()).unwrap(), want);
+        }
+        // Freed numbers come back highest first, before any new one.
+        t.remove(2).unwrap();
+        t.remove(4).unwrap();
+        assert_eq!(t.push(desc()).unwrap(), 4);
+        assert_eq!(t.push(desc()).unwrap(), 2);
+        assert_eq!(t.push(desc()).unwrap(), 6);
+        // Closing the highest then pushing reuses it.
+        t.remove(6).unwrap();
+        assert_eq!(t.push(desc()).unwrap(), 6);
+        assert_eq!(t.remove(9).err(), Some(Errno::BADF));
+        assert_eq!(t.get(9).err(), Some(Errno::BADF));
+    }
+
+    #[test]
+    fn renumber_replaces_the_target_and_frees_the_source() {
+        let mut t = Table::default();
+        for _ in 0..5 {
+            t.push(desc()).unwrap();
+        }
+        let moved = t.get(4).unwrap().clone();
+        assert!(t.renumber(4, 1).unwrap().is_some());
+        assert!(Arc::ptr_eq(t.get(1).unwrap(), &moved));
+        assert!(!t.contains(4));
+        // The source's number is free again; the target's is not.
+        assert_eq!(t.push(desc()).unwrap(), 4);
+        assert_eq!(t.renumber(1, 9).err(), Some(Errno::BADF));
+        assert!(t.renumber(3, 3).unwrap().is_none());
+    }
+}
