@@ -7,12 +7,17 @@
 //!
 //! - `fd_write/16B`, `fd_write/64B`, `fd_write/4KiB`: one `fd_write` of that many bytes per
 //!   iteration to an open file, no sync (the file wraps to offset 0 every 8 MiB, in the loop).
-//!   The target for 16 B through our adapter is ≤ 350 ns.
+//!   The target for 16 B through our adapter is ≤ 250 ns.
 //! - `create_write_fsync_close/4KiB`: per iteration, create a new file, write 4 KiB, `fsync`,
 //!   close. The files are removed after the loop, outside the measurement.
+//! - `stat_missing_depth150`: per iteration, one stat of a missing file (ENOENT) from a guest
+//!   150 calls deep, on the store, with `RUST_BACKTRACE=1` and `=0` in the environment. An
+//!   errno must cost the same either way (no error object, no backtrace). std reads
+//!   `RUST_BACKTRACE` once per process, so each sample runs in a child process (this
+//!   executable again, with `WASI_WRITE_CHILD` set); the figure is still the guest's own loop.
 //!
 //! `store` is `valet_runtime::host::run` in-process on a store mounted from an `ImageDevice`
-//! (+ conventional area) in a temp directory, as `valet-run` does; `stock` is wasmtime-wasi 36
+//! (+ conventional area) in a temp directory, as `valet-run` does; `stock` is wasmtime-wasi 48
 //! `preview1` with the same temp directory's sibling preopened, the same engine and the same
 //! compiled module. Stock runs with `allow_blocking_current_thread(true)`, as embedders that
 //! run WASI synchronously do, so its file calls are not bounced through tokio's blocking pool.
@@ -35,14 +40,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_vfs::device::{Geometry, IoMode};
 use valet_vfs::Store;
 use wasmtime::{Engine, Linker, Module};
-use wasmtime_wasi::preview1::{self, WasiP1Ctx};
-use wasmtime_wasi::{DirPerms, FilePerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 const MIB: u64 = 1 << 20;
 
@@ -122,7 +127,15 @@ impl Bench {
     }
 
     fn run_store(&self, mode: &str, size: usize, count: u64) -> Result<Duration> {
-        let spec = GuestSpec {
+        let spec = self.store_spec(mode, size, count);
+        match host::run(&self.engine, &self.module, &spec, &self.store)? {
+            GuestExit::Code(0) => self.loop_time(),
+            other => bail!("write_bench on the store: {other:?}"),
+        }
+    }
+
+    fn store_spec(&self, mode: &str, size: usize, count: u64) -> GuestSpec {
+        GuestSpec {
             args: Self::args(mode, size, count),
             env: Vec::new(),
             preopens: vec![
@@ -135,26 +148,34 @@ impl Bench {
                     guest_path: "/out".into(),
                 },
             ],
-        };
-        match host::run(&self.engine, &self.module, &spec, &self.store)? {
-            GuestExit::Code(0) => self.loop_time(),
-            other => bail!("write_bench on the store: {other:?}"),
+            trap_unknown_imports: false,
         }
     }
 
     fn run_stock(&self, mode: &str, size: usize, count: u64) -> Result<Duration> {
         let mut linker: Linker<WasiP1Ctx> = Linker::new(&self.engine);
-        preview1::add_to_linker_sync(&mut linker, |t| t)?;
+        p1::add_to_linker_sync(&mut linker, |t| t).map_err(anyhow::Error::from)?;
         let mut builder = WasiCtxBuilder::new();
         // Set before the preopens, which copy it.
         builder.allow_blocking_current_thread(true);
         builder.inherit_stderr();
         builder.args(&Self::args(mode, size, count));
-        builder.preopened_dir(&self.stock_dir, "/data", DirPerms::all(), FilePerms::all())?;
-        builder.preopened_dir(&self.out_dir, "/out", DirPerms::all(), FilePerms::all())?;
+        builder
+            .preopened_dir(&self.stock_dir, "/data", FsPerms::ReadWrite)
+            .map_err(anyhow::Error::from)?;
+        builder
+            .preopened_dir(&self.out_dir, "/out", FsPerms::ReadWrite)
+            .map_err(anyhow::Error::from)?;
         let mut store = wasmtime::Store::new(&self.engine, builder.build_p1());
-        let instance = linker.instantiate(&mut store, &self.module)?;
-        let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+        // The shared engine interrupts on epochs (valet-run stops a threaded guest's
+        // threads that way); stock's store never asks to be interrupted.
+        store.set_epoch_deadline(u64::MAX);
+        let instance = linker
+            .instantiate(&mut store, &self.module)
+            .map_err(anyhow::Error::from)?;
+        let start = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .map_err(anyhow::Error::from)?;
         match start.call(&mut store, ()) {
             Ok(()) => {}
             Err(e) => match e.downcast_ref::<I32Exit>() {
@@ -221,5 +242,57 @@ fn wasi_write(c: &mut Criterion) {
     assert!(report.is_clean(), "fsck after the benchmark: {report:?}");
 }
 
-criterion_group!(benches, wasi_write);
-criterion_main!(benches);
+/// The child of `stat_missing_depth150`: one store run of `statmiss` with COUNT stats, its
+/// loop time in nanoseconds on stdout.
+fn child(count: u64) -> Result<()> {
+    let bench = Bench::new()?;
+    let spec = bench.store_spec("statmiss", 150, count);
+    match host::run(&bench.engine, &bench.module, &spec, &bench.store)? {
+        GuestExit::Code(0) => println!("{}", bench.loop_time()?.as_nanos()),
+        other => bail!("write_bench statmiss: {other:?}"),
+    }
+    Ok(())
+}
+
+fn stat_missing(c: &mut Criterion) {
+    let exe = std::env::current_exe().expect("this executable");
+    let run = |backtrace: &str, n: u64| -> Duration {
+        let out = std::process::Command::new(&exe)
+            .env("WASI_WRITE_CHILD", n.to_string())
+            .env("RUST_BACKTRACE", backtrace)
+            .output()
+            .expect("running the child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Duration::from_nanos(text.trim().parse().expect("the child's loop time"))
+    };
+    let mut group = c.benchmark_group("stat_missing_depth150");
+    group.measurement_time(Duration::from_secs(4));
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(1));
+    for (label, value) in [("backtrace_off", "0"), ("backtrace_on", "1")] {
+        group.bench_function(BenchmarkId::new("store", label), |b| {
+            b.iter_custom(|n| run(value, n))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, wasi_write, stat_missing);
+
+fn main() {
+    if let Ok(count) = std::env::var("WASI_WRITE_CHILD") {
+        let count = count.parse().expect("WASI_WRITE_CHILD is a count");
+        if let Err(e) = child(count) {
+            eprintln!("wasi_write child: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,13 +1,13 @@
-//! Stock wasmtime WASI (wasmtime-wasi's preview1, the same wasmtime release as valet-run):
+//! Stock wasmtime WASI (wasmtime-wasi 48's preview1, the same wasmtime release as valet-run):
 //! what a user runs without Valet. Differential tests and the comparison report run guests
 //! with plain host directories preopened through it.
 
 use std::path::Path;
 
 use wasmtime::{Engine, Linker, Module, Store};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::preview1::{self, WasiP1Ctx};
-use wasmtime_wasi::{DirPerms, FilePerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 /// How a guest run under stock WASI ended.
 pub struct Output {
@@ -22,7 +22,7 @@ pub fn run(module: &str, args: &[&str], dirs: &[(&Path, &str)]) -> Output {
     let engine = Engine::default();
     let module = Module::from_file(&engine, module).expect("loading the guest");
     let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);
-    preview1::add_to_linker_sync(&mut linker, |t| t).expect("linking WASI");
+    p1::add_to_linker_sync(&mut linker, |t| t).expect("linking WASI");
     let stdout = MemoryOutputPipe::new(64 << 20);
     let stderr = MemoryOutputPipe::new(1 << 20);
     let mut builder = WasiCtxBuilder::new();
@@ -35,7 +35,7 @@ pub fn run(module: &str, args: &[&str], dirs: &[(&Path, &str)]) -> Output {
         .stderr(stderr.clone());
     for (host, guest) in dirs {
         builder
-            .preopened_dir(host, guest, DirPerms::all(), FilePerms::all())
+            .preopened_dir(host, guest, FsPerms::ReadWrite)
             .expect("preopening a host directory");
     }
     let mut store = Store::new(&engine, builder.build_p1());

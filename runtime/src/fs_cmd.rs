@@ -3,7 +3,7 @@
 //! ```text
 //! valet-run fs ls      [--device PATH] [--tenant T] [-R] [GUEST_PATH]
 //! valet-run fs cat     [--device PATH] [--tenant T] GUEST_PATH
-//! valet-run fs import  [--device PATH] [--tenant T] HOST_DIR GUEST_PATH
+//! valet-run fs import  [--device PATH] [--tenant T] [--zone-size MIB] [--zones N] [--max-open N] HOST_DIR GUEST_PATH
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
 //! valet-run fs fsck    [--device PATH]
 //! valet-run fs tenants [--device PATH]
@@ -15,7 +15,9 @@
 //! file the guest wrote as `/data/db/000001.log` (mount `/data`) is `/db/000001.log` here.
 //! Paths are resolved by the store, so `..` cannot leave the tenant.
 //!
-//! None of these commands creates a store: on a device without one they fail. `import` is
+//! Only `import` creates a store: into an image device that does not exist yet it creates
+//! one, as the first `valet-run` does (with the same `--zone-size`, `--zones` and
+//! `--max-open`); every other command fails on a device without a store. `import` is also
 //! the only one that writes; it creates the tenant if needed and syncs the store before it
 //! returns. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
 //! cannot check at all, like every other failure of ours.
@@ -67,6 +69,8 @@ pub enum FsCommand {
         store: StoreArgs,
         #[command(flatten)]
         tenant: TenantArg,
+        #[command(flatten)]
+        geometry: NewDeviceArgs,
         /// Host directory whose contents are copied (or one host file).
         #[arg(value_name = "HOST_DIR")]
         host: PathBuf,
@@ -117,6 +121,47 @@ pub struct StoreArgs {
     /// Device I/O engine.
     #[arg(long, default_value = "auto", value_name = "auto|uring|sync")]
     io: IoMode,
+}
+
+/// The geometry of an image device `import` creates (ignored when the device exists).
+#[derive(Args, Debug, Clone)]
+pub struct NewDeviceArgs {
+    /// Zone size in MiB, when creating the image.
+    #[arg(long, value_name = "MIB")]
+    zone_size: Option<u64>,
+
+    /// Number of zones, when creating the image.
+    #[arg(long)]
+    zones: Option<u32>,
+
+    /// Most open zones, when creating the image.
+    #[arg(long)]
+    max_open: Option<u32>,
+}
+
+impl NewDeviceArgs {
+    /// The embedded default with the options applied, as `valet-run` computes it.
+    fn geometry(&self) -> Result<Geometry> {
+        let mut geometry = Geometry::EMBEDDED_DEFAULT;
+        if let Some(mib) = self.zone_size {
+            let size = mib
+                .checked_mul(1 << 20)
+                .context("--zone-size is too large")?;
+            geometry.zone_size = size;
+            geometry.zone_capacity = size / 4 * 3 / 4096 * 4096;
+        }
+        if let Some(zones) = self.zones {
+            geometry.zone_count = zones;
+        }
+        if let Some(max_open) = self.max_open {
+            geometry.max_open = max_open;
+            geometry.max_active = geometry.max_active.max(max_open);
+        }
+        geometry
+            .validate()
+            .context("the requested device geometry")?;
+        Ok(geometry)
+    }
 }
 
 /// Whose namespace a command works in.
@@ -196,10 +241,20 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
         FsCommand::Import {
             store,
             tenant,
+            geometry,
             host,
             guest,
         } => {
-            let store = store.mount()?;
+            let mut spec = store.spec();
+            let store = if spec.zonefs.is_none() && !spec.image_path().exists() {
+                // Check the source before anything is created on disk.
+                fs::symlink_metadata(&host)
+                    .with_context(|| format!("cannot read {}", host.display()))?;
+                spec.geometry = geometry.geometry()?;
+                spec.mount()?
+            } else {
+                store.mount()?
+            };
             let (_, root) = store.tenant(&tenant.tenant)?;
             let copied = import(&store, root, &host, &guest)
                 .with_context(|| format!("import {} {guest}", host.display()))?;

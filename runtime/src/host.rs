@@ -1,50 +1,59 @@
-//! Running one guest: a wasmtime engine, a WASIp1 context whose preopened directories are
-//! the store (and any plain host directories), and wasi-threads for guests built for
-//! `wasm32-wasip1-threads`.
+//! Running one guest: the wasmtime engine, the guest's WASI context ([`crate::wasi`]) with
+//! the store (and any plain host directories) preopened, and wasi-threads for guests built
+//! for `wasm32-wasip1-threads`.
 //!
-//! Threads (wasmtime-wasi-threads 36): every `wasi::thread-spawn` starts an OS thread with a
-//! new wasmtime store and instance on the guest's shared memory; the [`WasiCtx`] (its fd
-//! table and preopens) is shared, so descriptors work across threads. Limits:
-//! - a trap or `proc_exit` in a *spawned* thread ends the whole host process at once
-//!   (`std::process::exit`, code 1 or the `proc_exit` code): no final store sync, no
-//!   `--stats`, and with `--tenants` every other tenant dies too. Data the guest had
-//!   fsynced is durable (the store's guarantee); anything else is lost as in a crash.
-//!   A trap or exit in the main thread is reported normally.
-//! - when `_start` returns, threads still running are cut off (as a native process's are).
-//! - nothing bounds how many threads a guest spawns (one OS thread each).
-//! - store calls run under the store's one lock, so threads' file I/O does not overlap.
+//! Threads: every `wasi::thread-spawn` starts an OS thread with its own wasmtime store and
+//! instance on the guest's shared memory; the WASI context (descriptor table, preopens) is
+//! shared, so descriptors work across threads. The first thread to end the program decides
+//! how it ends: `_start` returning (exit 0), `proc_exit(n)` in any thread (exit n), or a trap
+//! in any thread. Then the guest is marked as ending: every later WASI call of its other
+//! threads traps, and running guest code is interrupted at its next epoch check (the engine
+//! has epoch interruption on; an epoch tick asks each store whether its guest is ending).
+//! A thread blocked in `memory.atomic.wait` with no timeout is left parked until the
+//! process exits. Nothing bounds how many threads a guest spawns (one OS thread each).
+//!
+//! A trap is reported with the guest's own backtrace (wasm frames), never a host Rust
+//! backtrace.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use anyhow::{bail, Context, Result};
 use valet_vfs::{Ino, Store};
-use wasi_common::sync::{ambient_authority, Dir, WasiCtxBuilder};
-use wasi_common::{I32Exit, WasiCtx};
-use wasmtime::{Cache, CacheConfig, Config, Engine, Linker, Module};
-use wasmtime_wasi_threads::WasiThreadsCtx;
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, ExternType, Linker, Module, SharedMemory, UpdateDeadline,
+};
 
-use crate::wasi_fs::{self, VfsDir};
+use crate::wasi::{self, Ending, Exit, GuestState, MemRef, Preopened, WasiCtx};
 
-/// A directory the guest sees.
+/// A directory (or socket) the guest sees.
 #[derive(Clone)]
 pub enum Preopen {
     /// A directory of the store (a tenant's root, usually).
     Store { ino: Ino, guest_path: String },
-    /// A plain host directory (`--dir HOST::GUEST`), served by wasi-common's cap-std files.
+    /// A plain host directory (`--dir HOST::GUEST`).
     Host {
         host_path: PathBuf,
         guest_path: String,
     },
+    /// A TCP listener bound here before the guest starts (`--tcplisten ADDR`), as
+    /// `wasmtime run` preopens one: the guest finds it as a descriptor after the
+    /// directories and calls `sock_accept` on it.
+    TcpListen(SocketAddr),
 }
 
 /// Everything one guest runs with.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct GuestSpec {
     /// argv, starting with the program name.
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub preopens: Vec<Preopen>,
+    /// Imports nothing provides become functions that trap with their name when called,
+    /// instead of refusing the module (`wasmtime run --trap-unknown-imports`).
+    pub trap_unknown_imports: bool,
 }
 
 /// How a guest ended.
@@ -52,18 +61,18 @@ pub struct GuestSpec {
 pub enum GuestExit {
     /// `_start` returned or the guest called `proc_exit`.
     Code(i32),
-    /// The guest trapped (a bug or abort in the guest, not ours).
-    Trap(anyhow::Error),
+    /// The guest trapped (a bug or abort in the guest, not ours): the trap and the guest's
+    /// backtrace, as text.
+    Trap(String),
 }
 
-/// Per-instance host state: the WASI context, shared by the threads of one guest.
-#[derive(Clone)]
-struct Host {
-    wasi: WasiCtx,
-    threads: Option<Arc<WasiThreadsCtx<Host>>>,
-}
+/// Stack for each guest thread (main and spawned): room for wasmtime's guest stack and
+/// the host frames under it.
+const THREAD_STACK: usize = 8 << 20;
 
-/// An engine able to run both plain and threaded WASIp1 guests.
+/// An engine able to run both plain and threaded WASIp1 guests, with exception handling
+/// (on by default in wasmtime 48) and epoch interruption (how a guest's threads are stopped
+/// when one of them ends it).
 ///
 /// Compiled modules are cached on disk (wasmtime's cache, in the user's cache directory), as
 /// the wasmtime CLI does: a large guest (LevelDB, a Go program) compiles once, not at every
@@ -71,8 +80,13 @@ struct Host {
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
     config.wasm_threads(true);
+    config.shared_memory(true);
+    config.wasm_exceptions(true);
+    config.epoch_interruption(true);
     config.cache(Cache::new(CacheConfig::new()).ok());
-    Engine::new(&config).context("creating the wasmtime engine")
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("creating the wasmtime engine")
 }
 
 /// Compiles a guest module, with a message that names the file.
@@ -82,80 +96,286 @@ pub fn load(engine: &Engine, path: &Path) -> Result<Module> {
         .map_err(|e| anyhow::anyhow!("{}: not a valid WebAssembly module: {e:#}", path.display()))
 }
 
-fn imports_thread_spawn(module: &Module) -> bool {
-    module
-        .imports()
-        .any(|i| i.module() == "wasi" && i.name() == "thread-spawn")
+/// Sets a store up for epoch interruption: at every tick it goes on, unless its guest is
+/// ending.
+fn watch_epochs(store: &mut wasmtime::Store<GuestState>) {
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        if ctx.data().wasi.is_ending() {
+            Err(wasmtime::Error::new(Ending))
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
 }
 
-fn wasi_context(spec: &GuestSpec, store: &Store) -> Result<WasiCtx> {
-    let mut builder = WasiCtxBuilder::new();
-    builder.inherit_stdio();
-    builder.args(&spec.args).context("guest arguments")?;
-    builder.envs(&spec.env).context("guest environment")?;
-    let wasi = builder.build();
-    for preopen in &spec.preopens {
-        match preopen {
-            Preopen::Store { ino, guest_path } => {
-                let dir = VfsDir::new(store.clone(), *ino);
-                wasi.push_preopened_dir(Box::new(dir), guest_path)
-                    .with_context(|| format!("preopening {guest_path}"))?;
-            }
-            Preopen::Host {
-                host_path,
-                guest_path,
-            } => {
-                let dir =
-                    Dir::open_ambient_dir(host_path, ambient_authority()).with_context(|| {
-                        format!("cannot open host directory {}", host_path.display())
-                    })?;
-                let dir = wasi_common::sync::dir::Dir::from_cap_std(dir);
-                wasi.push_preopened_dir(Box::new(dir), guest_path)
-                    .with_context(|| format!("preopening {guest_path}"))?;
+/// How the first thread to end the guest ended it.
+enum End {
+    Code(i32),
+    Trap(String),
+}
+
+/// The trap text: the trap and the guest's backtrace, without any host backtrace.
+fn trap_text(e: &wasmtime::Error) -> String {
+    let mut text = String::new();
+    for (i, cause) in e.chain().enumerate() {
+        if i > 0 {
+            text.push_str("\n  caused by: ");
+        }
+        text.push_str(&cause.to_string());
+    }
+    text
+}
+
+/// What a guest thread's call result means: `None` for a thread that stopped because the
+/// guest was already ending.
+fn end_of(result: wasmtime::Result<()>) -> Option<End> {
+    match result {
+        Ok(()) => Some(End::Code(0)),
+        Err(e) => {
+            if let Some(Exit(code)) = e.downcast_ref::<Exit>() {
+                Some(End::Code(*code))
+            } else if e.downcast_ref::<Ending>().is_some() {
+                None
+            } else {
+                Some(End::Trap(trap_text(&e)))
             }
         }
     }
-    Ok(wasi)
 }
 
-/// Runs a guest to completion on `store`.
-pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) -> Result<GuestExit> {
-    let wasi = wasi_context(spec, store)?;
-    let mut linker: Linker<Host> = Linker::new(engine);
-    wasi_common::sync::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
-    wasi_fs::shadow_calls(&mut linker, |h: &mut Host| &mut h.wasi, Some(store.clone()))?;
-    let mut wstore = wasmtime::Store::new(
-        engine,
-        Host {
-            wasi,
-            threads: None,
-        },
-    );
-    if imports_thread_spawn(module) {
-        wasmtime_wasi_threads::add_to_linker(&mut linker, &wstore, module, |h: &mut Host| {
-            h.threads
-                .as_ref()
-                .expect("threads context set before start")
-        })?;
-        let threads = WasiThreadsCtx::new(module.clone(), Arc::new(linker.clone()))?;
-        wstore.data_mut().threads = Some(Arc::new(threads));
-    } else if module
-        .imports()
-        .any(|i| i.module() == "wasi" && i.name() != "thread-spawn")
-    {
-        bail!("module imports from \"wasi\" something other than thread-spawn");
+/// The threads of one threaded guest.
+pub struct Threads {
+    engine: Engine,
+    module: Module,
+    linker: Linker<GuestState>,
+    memory: SharedMemory,
+    wasi: Arc<WasiCtx>,
+    next_tid: AtomicU32,
+    end: Mutex<Option<End>>,
+    ended: Condvar,
+}
+
+impl Threads {
+    /// Records how the guest ends (the first report wins) and stops its other threads.
+    fn finish(&self, end: Option<End>) {
+        let Some(end) = end else { return };
+        let mut slot = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(end);
+            self.wasi.end();
+            self.engine.increment_epoch();
+            self.ended.notify_all();
+        }
     }
-    let instance = linker
-        .instantiate(&mut wstore, module)
-        .context("instantiating the guest")?;
-    let start = instance
-        .get_typed_func::<(), ()>(&mut wstore, "_start")
-        .context("the guest has no _start: is it a WASI command?")?;
-    Ok(match start.call(&mut wstore, ()) {
-        Ok(()) => GuestExit::Code(0),
-        Err(e) => match e.downcast_ref::<I32Exit>() {
-            Some(exit) => GuestExit::Code(exit.0),
-            None => GuestExit::Trap(e),
-        },
+
+    fn new_store(self: &Arc<Self>) -> wasmtime::Store<GuestState> {
+        let mut state = GuestState::new(self.wasi.clone(), MemRef::Shared(self.memory.clone()));
+        state.threads = Some(self.clone());
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        watch_epochs(&mut store);
+        store
+    }
+
+    /// `wasi::thread-spawn`: the new thread's id (1..2^29), or a negative number when no
+    /// thread could be started.
+    fn spawn(self: &Arc<Self>, start_arg: i32) -> i32 {
+        let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
+        if tid == 0 || tid >= 1 << 29 {
+            return -1;
+        }
+        let this = self.clone();
+        let started = std::thread::Builder::new()
+            .name(format!("guest-thread-{tid}"))
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                let mut store = this.new_store();
+                let mut run = || -> wasmtime::Result<()> {
+                    let instance = this.linker.instantiate(&mut store, &this.module)?;
+                    let start = instance
+                        .get_typed_func::<(i32, i32), ()>(&mut store, "wasi_thread_start")?;
+                    start.call(&mut store, (tid as i32, start_arg))
+                };
+                match run() {
+                    // A thread returning ends only itself.
+                    Ok(()) => {}
+                    Err(e) => this.finish(end_of(Err(e))),
+                }
+            });
+        match started {
+            Ok(_) => tid as i32,
+            Err(_) => -1,
+        }
+    }
+}
+
+fn wasi_context(spec: &GuestSpec, store: &Store) -> Result<WasiCtx> {
+    let mut preopens = Vec::new();
+    for preopen in &spec.preopens {
+        preopens.push(match preopen {
+            Preopen::Store { ino, guest_path } => Preopened::Store {
+                store: store.clone(),
+                ino: *ino,
+                guest_path: guest_path.clone(),
+            },
+            Preopen::Host {
+                host_path,
+                guest_path,
+            } => Preopened::Host {
+                dir: wasi::host_fs::HostDir::open_ambient(host_path).with_context(|| {
+                    format!("cannot open host directory {}", host_path.display())
+                })?,
+                guest_path: guest_path.clone(),
+            },
+            Preopen::TcpListen(addr) => Preopened::Listener(
+                std::net::TcpListener::bind(addr)
+                    .with_context(|| format!("cannot listen on {addr}"))?,
+            ),
+        });
+    }
+    WasiCtx::new(spec.args.clone(), spec.env.clone(), preopens)
+}
+
+/// Runs a guest to completion on `store`. Descriptors it leaves open are closed at the end
+/// (a store file's close makes its data durable).
+pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) -> Result<GuestExit> {
+    let wasi = Arc::new(wasi_context(spec, store)?);
+    let mut linker: Linker<GuestState> = Linker::new(engine);
+    wasi::add_to_linker(&mut linker)?;
+    let threaded = module
+        .imports()
+        .any(|i| i.module() == "wasi" && i.name() == "thread-spawn");
+    if threaded {
+        linker
+            .func_wrap(
+                "wasi",
+                "thread-spawn",
+                |caller: wasmtime::Caller<'_, GuestState>, start_arg: i32| -> i32 {
+                    match caller.data().threads.clone() {
+                        Some(threads) => threads.spawn(start_arg),
+                        None => -1,
+                    }
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("linking thread-spawn: {e}"))?;
+    }
+    let end = if threaded {
+        run_threaded(engine, module, linker, spec, wasi.clone())?
+    } else {
+        run_plain(engine, module, linker, spec, wasi.clone())?
+    };
+    wasi.end();
+    let closed = wasi.close_all();
+    Ok(match end {
+        End::Code(0) if closed.is_err() => {
+            bail!(
+                "closing the files the guest left open: errno {}",
+                closed.unwrap_err().0
+            )
+        }
+        End::Code(code) => GuestExit::Code(code),
+        End::Trap(text) => GuestExit::Trap(text),
     })
+}
+
+fn check_imports(linker: &mut Linker<GuestState>, module: &Module, spec: &GuestSpec) -> Result<()> {
+    if spec.trap_unknown_imports {
+        linker
+            .define_unknown_imports_as_traps(module)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
+fn instantiate_error(e: wasmtime::Error) -> anyhow::Error {
+    anyhow::anyhow!("instantiating the guest: {}", trap_text(&e))
+}
+
+fn run_plain(
+    engine: &Engine,
+    module: &Module,
+    mut linker: Linker<GuestState>,
+    spec: &GuestSpec,
+    wasi: Arc<WasiCtx>,
+) -> Result<End> {
+    check_imports(&mut linker, module, spec)?;
+    let mut store = wasmtime::Store::new(engine, GuestState::new(wasi, MemRef::None));
+    watch_epochs(&mut store);
+    let instance = linker
+        .instantiate(&mut store, module)
+        .map_err(instantiate_error)?;
+    if let Some(memory) = instance.get_memory(&mut store, "memory") {
+        store.data_mut().mem = MemRef::Plain(memory);
+    }
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .map_err(|_| anyhow::anyhow!("the guest has no _start: is it a WASI command?"))?;
+    Ok(end_of(start.call(&mut store, ())).unwrap_or(End::Code(0)))
+}
+
+fn run_threaded(
+    engine: &Engine,
+    module: &Module,
+    mut linker: Linker<GuestState>,
+    spec: &GuestSpec,
+    wasi: Arc<WasiCtx>,
+) -> Result<End> {
+    let Some(import) = module
+        .imports()
+        .find(|i| matches!(i.ty(), ExternType::Memory(_)))
+    else {
+        bail!("a wasi-threads guest must import its shared memory");
+    };
+    let ExternType::Memory(ty) = import.ty() else {
+        unreachable!()
+    };
+    if !ty.is_shared() {
+        bail!("a wasi-threads guest must import a shared memory");
+    }
+    let memory = SharedMemory::new(engine, ty)
+        .map_err(|e| anyhow::anyhow!("the guest's shared memory: {e}"))?;
+    let (mem_module, mem_name) = (import.module().to_string(), import.name().to_string());
+    {
+        let store = wasmtime::Store::new(engine, GuestState::new(wasi.clone(), MemRef::None));
+        linker
+            .define(&store, &mem_module, &mem_name, memory.clone())
+            .map_err(|e| anyhow::anyhow!("the guest's shared memory: {e}"))?;
+    }
+    check_imports(&mut linker, module, spec)?;
+    let threads = Arc::new(Threads {
+        engine: engine.clone(),
+        module: module.clone(),
+        linker,
+        memory,
+        wasi,
+        next_tid: AtomicU32::new(1),
+        end: Mutex::new(None),
+        ended: Condvar::new(),
+    });
+    let mut store = threads.new_store();
+    let instance = threads
+        .linker
+        .instantiate(&mut store, module)
+        .map_err(instantiate_error)?;
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .map_err(|_| anyhow::anyhow!("the guest has no _start: is it a WASI command?"))?;
+    // The main thread runs on a thread of its own, so that whichever guest thread ends the
+    // program first, this one sees it at once.
+    let main = threads.clone();
+    std::thread::Builder::new()
+        .name("guest-main".into())
+        .stack_size(THREAD_STACK)
+        .spawn(move || {
+            let result = start.call(&mut store, ());
+            main.finish(end_of(result));
+        })
+        .context("starting the guest's main thread")?;
+    let mut slot = threads.end.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if let Some(end) = slot.take() {
+            return Ok(end);
+        }
+        slot = threads.ended.wait(slot).unwrap_or_else(|p| p.into_inner());
+    }
 }

@@ -13,4 +13,4 @@ pub mod policy_cmd;
 pub mod stats;
 pub mod tenants;
 pub mod trace;
-pub mod wasi_fs;
+pub mod wasi;

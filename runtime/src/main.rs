@@ -91,6 +91,16 @@ struct RunArgs {
     #[arg(long = "env", value_name = "K=V")]
     envs: Vec<String>,
 
+    /// Imports nothing provides trap with their name when called, instead of refusing the
+    /// module.
+    #[arg(long)]
+    trap_unknown_imports: bool,
+
+    /// A TCP listener for the guest (IP:PORT), preopened as a descriptor after the
+    /// directories, for `sock_accept`.
+    #[arg(long = "tcplisten", value_name = "ADDR")]
+    tcplisten: Vec<std::net::SocketAddr>,
+
     /// Print a summary of bytes, WAF, GC and zones per stream to stderr at exit.
     #[arg(long)]
     stats: bool,
@@ -103,7 +113,7 @@ struct RunArgs {
     #[arg(
         long,
         value_name = "FILE.toml",
-        conflicts_with_all = ["app", "mount", "tenant", "dirs", "envs"]
+        conflicts_with_all = ["app", "mount", "tenant", "dirs", "envs", "tcplisten"]
     )]
     tenants: Option<PathBuf>,
 
@@ -259,6 +269,9 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         for d in &cli.dirs {
             preopens.push(parse_dir(d));
         }
+        for addr in &cli.tcplisten {
+            preopens.push(Preopen::TcpListen(*addr));
+        }
         let program = app
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -273,12 +286,13 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
                 .map(|e| parse_env(e))
                 .collect::<Result<_>>()?,
             preopens,
+            trap_unknown_imports: cli.trap_unknown_imports,
         };
         let exit = host::run(&engine, &module, &spec, &store)?;
         let code = match exit {
             GuestExit::Code(code) => code as u8,
             GuestExit::Trap(trap) => {
-                eprintln!("valet-run: guest trapped: {trap:?}");
+                eprintln!("valet-run: guest trapped: {trap}");
                 EXIT_TRAP
             }
         };

@@ -50,7 +50,9 @@ pub fn engine() -> Result<Engine> {
     config.consume_fuel(true);
     config.max_wasm_stack(512 << 10);
     config.wasm_threads(false);
-    Engine::new(&config).context("creating the policy engine")
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("creating the policy engine")
 }
 
 /// A checked, compiled policy module.
@@ -266,7 +268,7 @@ impl PolicyInstance {
 }
 
 /// The first line of a trap, which says what happened (the rest is a backtrace).
-fn trap_line(e: &anyhow::Error) -> String {
+fn trap_line(e: &wasmtime::Error) -> String {
     let root = e.root_cause().to_string();
     let text = if root.is_empty() { e.to_string() } else { root };
     text.lines().next().unwrap_or("trap").to_string()

@@ -158,6 +158,7 @@ pub fn run(
                 ino: root,
                 guest_path: t.mount().to_string(),
             }],
+            trap_unknown_imports: false,
         };
         prepared.push((t.name.clone(), module, spec));
     }
@@ -196,7 +197,7 @@ pub fn exit_code(exits: Vec<TenantExit>) -> Result<u8> {
         let this = match exit {
             Ok(GuestExit::Code(c)) => c as u8,
             Ok(GuestExit::Trap(trap)) => {
-                eprintln!("valet-run: tenant {name}: guest trapped: {trap:?}");
+                eprintln!("valet-run: tenant {name}: guest trapped: {trap}");
                 EXIT_TRAP
             }
             Err(e) => {

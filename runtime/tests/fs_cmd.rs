@@ -279,6 +279,38 @@ fn mistakes_are_one_line_errors() {
 }
 
 #[test]
+fn import_creates_a_device_that_does_not_exist_yet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/a.txt"), "alpha\n").unwrap();
+    let dev = tmp.path().join("new-dev");
+    let out = fs(
+        &dev,
+        &[
+            "import",
+            "--zone-size",
+            "16",
+            "--zones",
+            "16",
+            src.to_str().unwrap(),
+            "/in",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dev.join("zones.img").exists());
+    let out = fs(&dev, &["cat", "/in/sub/a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\n");
+    // The geometry asked for: 16 zones of 16 MiB (and a header), not the 32 GiB default.
+    let size = std::fs::metadata(dev.join("zones.img")).unwrap().len();
+    assert!(size < (17 * 16) << 20, "image of {size} bytes");
+}
+
+#[test]
 fn no_store_is_created_where_none_exists() {
     let tmp = tempfile::tempdir().unwrap();
     let nowhere = tmp.path().join("nowhere");
@@ -288,11 +320,17 @@ fn no_store_is_created_where_none_exists() {
         &["fsck"],
         &["tenants"],
         &["export", "/", tmp.path().join("out").to_str().unwrap()],
-        &["import", tmp.path().to_str().unwrap(), "/"],
     ] {
         assert_error(&fs(&nowhere, args), "no store at");
     }
     assert!(!nowhere.exists(), "an fs command created the device");
+    // import of something that does not exist creates nothing either.
+    let missing = tmp.path().join("missing");
+    assert_error(
+        &fs(&nowhere, &["import", missing.to_str().unwrap(), "/"]),
+        "cannot read",
+    );
+    assert!(!nowhere.exists(), "a failed import created the device");
     // Options given before `fs` make `fs` the application: say so.
     let out = valet_run()
         .arg("--device")

@@ -44,3 +44,31 @@ fn our_failures_are_one_line_and_exit_125() {
         assert!(stderr.starts_with("valet-run: error: "), "{stderr}");
     }
 }
+
+#[test]
+fn policy_given_as_a_missing_wasm_file_finds_the_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |policy: &str| {
+        valet_run()
+            .current_dir(dir.path())
+            .arg("--device")
+            .arg(dir.path().join("dev"))
+            .args(["--zone-size", "16", "--zones", "16", "--policy", policy])
+            .arg(valet_guests::HELLO_STORE)
+            .arg("/data")
+            .output()
+            .unwrap()
+    };
+    // `rocks.wasm` does not exist here: the built-in rocks runs.
+    let out = run("rocks.wasm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A name no built-in has stays an error that names the file.
+    let out = run("nosuch.wasm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("nosuch.wasm"), "{stderr}");
+}

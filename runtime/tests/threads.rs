@@ -1,5 +1,7 @@
 //! wasm32-wasip1-threads guests: four `std::thread`s (wasi-threads) write and fsync their
 //! own files at once through one shared WASI context; every byte is in the store after.
+//! A trap or `exit` in any thread ends the whole program with its outcome (134, or the exit
+//! code), whether the main thread is parked in a wait or spinning, and never aborts the host.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,34 +25,108 @@ fn device(dir: &Path) -> DeviceSpec {
     }
 }
 
+fn run_writer(dev: &Path, threads: u64, size: u64, end: Option<&str>) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(dev)
+        .args(["--zone-size", "16", "--zones", "16"])
+        .arg(valet_guests::THREADS_WRITER)
+        .args(["/data", &threads.to_string(), &size.to_string()])
+        .args(end)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn threaded_guest_writes_from_four_threads() {
     const THREADS: u64 = 4;
     const SIZE: u64 = 300_001;
     let tmp = tempfile::tempdir().unwrap();
     let dev = tmp.path().join("dev");
-    let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-        .arg("--device")
-        .arg(&dev)
-        .args(["--zone-size", "16", "--zones", "16"])
-        .arg(valet_guests::THREADS_WRITER)
-        .args(["/data", &THREADS.to_string(), &SIZE.to_string()])
-        .output()
-        .unwrap();
+    let out = run_writer(&dev, THREADS, SIZE, None);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
     assert!(stdout.contains("4 files verified"), "{stdout}");
+    check_files(&dev, THREADS, SIZE);
+}
 
-    // From the host side, after the process is gone: every file whole.
-    let store = device(&dev).mount_existing().unwrap();
+#[test]
+fn a_trap_or_exit_in_one_thread_ends_the_program_with_its_code() {
+    const THREADS: u64 = 4;
+    const SIZE: u64 = 100_003;
+    for (end, code) in [("trap", 134), ("exit", 7)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dev = tmp.path().join("dev");
+        let out = run_writer(&dev, THREADS, SIZE, Some(end));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{end}: {stdout}\n{stderr}");
+        assert!(!stdout.contains("verified"), "{end}: {stdout}");
+        if end == "trap" {
+            assert!(stderr.contains("guest trapped"), "{stderr}");
+            // The guest's backtrace, once, and no host Rust backtrace.
+            assert_eq!(stderr.matches("guest trapped").count(), 1, "{stderr}");
+            assert!(!stderr.contains("std::backtrace"), "{stderr}");
+            assert!(!stderr.contains("Stack backtrace"), "{stderr}");
+        }
+        // Every thread synced before the end: all files whole.
+        check_files(&dev, THREADS, SIZE);
+    }
+}
+
+/// A hand-written wasip1-threads module: `_start` spawns one thread, then waits forever
+/// (`park`) or spins forever (`spin`); the thread traps (`arg` 0) or exits with 9 (1).
+fn spawner(main_waits: &str, arg: i32) -> Vec<u8> {
+    let main_body = match main_waits {
+        "park" => "(drop (memory.atomic.wait32 (i32.const 64) (i32.const 0) (i64.const -1)))",
+        _ => "(loop $spin (br $spin))",
+    };
+    wat::parse_str(format!(
+        r#"(module
+          (import "wasi" "thread-spawn" (func $spawn (param i32) (result i32)))
+          (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+          (import "env" "memory" (memory 1 1 shared))
+          (func (export "wasi_thread_start") (param $tid i32) (param $arg i32)
+            (if (i32.eqz (local.get $arg)) (then unreachable))
+            (call $exit (i32.const 9)))
+          (func (export "_start")
+            (if (i32.le_s (call $spawn (i32.const {arg})) (i32.const 0)) (then unreachable))
+            {main_body}))"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_spawned_thread_ends_a_parked_or_spinning_main_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    for main in ["park", "spin"] {
+        for (arg, code) in [(0, 134), (1, 9)] {
+            let app = tmp.path().join(format!("spawner-{main}-{arg}.wasm"));
+            std::fs::write(&app, spawner(main, arg)).unwrap();
+            let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+                .arg("--device")
+                .arg(tmp.path().join("dev"))
+                .args(["--zone-size", "16", "--zones", "16"])
+                .arg(&app)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{main} {arg}: {stderr}");
+        }
+    }
+}
+
+/// From the host side, after the process is gone: every thread's file whole.
+fn check_files(dev: &Path, threads: u64, size: u64) {
+    let store = device(dev).mount_existing().unwrap();
     let (_, root) = store.tenant("default").unwrap();
-    for t in 0..THREADS {
+    for t in 0..threads {
         let f = store
             .open_file(root, &format!("thread-{t}.bin"), OpenOptions::read())
             .unwrap();
-        assert_eq!(f.metadata().unwrap().size, SIZE);
-        let mut data = vec![0u8; SIZE as usize];
+        assert_eq!(f.metadata().unwrap().size, size);
+        let mut data = vec![0u8; size as usize];
         assert_eq!(f.read_at(&mut data, 0).unwrap(), data.len());
         assert!(
             data.iter()

@@ -8,8 +8,8 @@ use wasi::{Errno, Fd};
 
 pub type R<T> = Result<T, Errno>;
 
-/// Every right a descriptor can have (wasi-common ignores rights; stock wasmtime reads only
-/// `FD_READ` and `FD_WRITE` from them).
+/// Every right a descriptor can have (valet-run and stock wasmtime read only `FD_READ` and
+/// `FD_WRITE` from them).
 pub const ALL: wasi::Rights = (1 << 30) - 1;
 pub const RO: wasi::Rights = ALL & !wasi::RIGHTS_FD_WRITE;
 pub const WO: wasi::Rights = ALL & !wasi::RIGHTS_FD_READ;

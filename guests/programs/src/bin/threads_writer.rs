@@ -1,10 +1,14 @@
 //! A wasm32-wasip1-threads guest: THREADS threads (std::thread, i.e. wasi-threads) start
 //! together, each writing and fsyncing its own file DIR/thread-<t>.bin of SIZE bytes in
 //! 4 KiB writes; the main thread joins them and reads every file back.
-//! Usage: threads_writer DIR THREADS SIZE
+//! Usage: threads_writer DIR THREADS SIZE [trap|exit]
+//!
+//! With `trap` (or `exit`), once every thread has synced its file, the last thread aborts
+//! (a wasm trap) or calls `exit(7)` while the main thread waits to join it: the host must
+//! end the whole program with that outcome instead of hanging or aborting itself.
 //!
 //! Byte j of thread t's file is `pattern(t, j)` (the test computes the same).
-//! Exit codes: 0 good, 2 usage, 3 data mismatch, 4 a thread failed.
+//! Exit codes: 0 good, 2 usage, 3 data mismatch, 4 a thread failed, 7 `exit` mode.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -17,18 +21,21 @@ fn pattern(t: u64, j: u64) -> u8 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 {
-        eprintln!("usage: threads_writer DIR THREADS SIZE");
+    if args.len() != 4 && args.len() != 5 {
+        eprintln!("usage: threads_writer DIR THREADS SIZE [trap|exit]");
         std::process::exit(2);
     }
+    let end = args.get(4).cloned();
     let dir = args[1].clone();
     let threads: u64 = args[2].parse().expect("THREADS");
     let size: u64 = args[3].parse().expect("SIZE");
 
     let start = Arc::new(Barrier::new(threads as usize));
+    let synced = Arc::new(Barrier::new(threads as usize));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (dir, start) = (dir.clone(), start.clone());
+            let (dir, start, synced, end) =
+                (dir.clone(), start.clone(), synced.clone(), end.clone());
             std::thread::spawn(move || {
                 let path = format!("{dir}/thread-{t}.bin");
                 let mut f = File::create(&path).expect("create");
@@ -41,6 +48,14 @@ fn main() {
                     j += n;
                 }
                 f.sync_all().expect("fsync");
+                synced.wait();
+                if t == threads - 1 {
+                    match end.as_deref() {
+                        Some("trap") => std::process::abort(),
+                        Some("exit") => std::process::exit(7),
+                        _ => {}
+                    }
+                }
             })
         })
         .collect();

@@ -9,6 +9,8 @@
 //!   the same range (the seek is in the loop, one per 8 MiB: a few ns per write at most).
 //! - `files`: COUNT times creates `DIR/files/N` (new names each time), writes SIZE bytes,
 //!   `fsync`s and closes it. The files are removed after the timed loop.
+//! - `statmiss`: recurses SIZE calls deep, then stats COUNT files of DIR that do not exist
+//!   (each an ENOENT from the host): what an errno costs a guest with a deep stack.
 //!
 //! Prints the loop's duration in nanoseconds, a bare number and a newline, to OUT (a file
 //! path, written after the loop) or, without OUT, to stdout.
@@ -23,7 +25,7 @@ const WRAP: u64 = 8 << 20;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 5 {
-        eprintln!("usage: write_bench write|files SIZE COUNT DIR [OUT]");
+        eprintln!("usage: write_bench write|files|statmiss SIZE COUNT DIR [OUT]");
         std::process::exit(2);
     }
     let mode = args[1].as_str();
@@ -73,6 +75,7 @@ fn main() {
             fs::remove_dir_all(&files).expect("remove the files");
             elapsed
         }
+        "statmiss" => stat_missing_at_depth(size, count, dir),
         other => {
             eprintln!("write_bench: unknown mode {other}");
             std::process::exit(2);
@@ -89,4 +92,20 @@ fn main() {
             out.flush().expect("stdout");
         }
     }
+}
+
+/// `depth` frames down, times `count` stats of missing files.
+#[inline(never)]
+fn stat_missing_at_depth(depth: usize, count: u64, dir: &str) -> std::time::Duration {
+    if depth > 0 {
+        let d = stat_missing_at_depth(std::hint::black_box(depth - 1), count, dir);
+        return std::hint::black_box(d);
+    }
+    let names: Vec<String> = (0..16).map(|i| format!("{dir}/missing-{i}")).collect();
+    let start = Instant::now();
+    for i in 0..count {
+        let r = fs::metadata(&names[(i % 16) as usize]);
+        assert!(r.is_err(), "{} exists", names[(i % 16) as usize]);
+    }
+    start.elapsed()
 }

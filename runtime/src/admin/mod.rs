@@ -1,0 +1,27 @@
+//! Policies while the application runs: the registry of loaded policies, and the admin API
+//! (`valet-run --admin ADDR`) that uploads, activates and lists them and reads the stats.
+//!
+//! The API is HTTP on a loopback TCP address or a Unix socket. Every request must carry
+//! `Authorization: Bearer TOKEN`, where TOKEN is written at start to a file that only the
+//! user running `valet-run` can read; anything else gets 401.
+//!
+//! | request | effect |
+//! | --- | --- |
+//! | `PUT /policies/NAME` (body: module bytes) | validate, then load as NAME (201, or 400 with the reason) |
+//! | `PUT /tenants/TENANT/policy` (body: policy name) | make it TENANT's policy, atomically (200) |
+//! | `GET /policies` | loaded policies: name, sha256, tenants using it |
+//! | `GET /stats` | the store's accounting (JSON) |
+//!
+//! A swap affects files opened after it; files already open keep the placement they were
+//! opened with (the store decides per open).
+//!
+//! Three parts, one file each: [`registry`] (loaded policies, which tenant uses which),
+//! [`server`] (the HTTP API over the registry) and [`client`] (what `valet-run policy
+//! push|list` talk to it with).
+
+pub mod client;
+pub mod registry;
+pub mod server;
+
+pub use registry::{PolicyInfo, Registry};
+pub use server::{start, write_token, AdminAddr, AdminServer};

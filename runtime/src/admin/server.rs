@@ -1,0 +1,222 @@
+//! The admin API server: its address, its token, and the HTTP routes over a [`Registry`].
+//! One thread of its own runs a single-threaded tokio runtime with axum on it.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+
+use super::Registry;
+
+/// Where the admin API listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl AdminAddr {
+    /// A loopback `IP:PORT`, or a Unix socket path (anything with a `/`).
+    pub fn parse(s: &str) -> Result<Self> {
+        if s.contains('/') {
+            return Ok(AdminAddr::Unix(PathBuf::from(s)));
+        }
+        let addr: SocketAddr = s
+            .parse()
+            .with_context(|| format!("--admin {s}: expected IP:PORT or a socket path"))?;
+        if !addr.ip().is_loopback() {
+            bail!("--admin {s}: the admin API listens on loopback addresses only");
+        }
+        Ok(AdminAddr::Tcp(addr))
+    }
+}
+
+impl std::fmt::Display for AdminAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminAddr::Tcp(a) => write!(f, "{a}"),
+            AdminAddr::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A fresh random token, written to `path` readable by its owner only.
+pub fn write_token(path: &Path) -> Result<String> {
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(|e| anyhow!("no randomness for the admin token: {e}"))?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing the admin token to {}", path.display()))?;
+    file.write_all(token.as_bytes())?;
+    file.sync_all()?;
+    Ok(token)
+}
+
+/// A running admin API.
+pub struct AdminServer {
+    /// Where it really listens (a TCP port of 0 is resolved).
+    pub addr: AdminAddr,
+    pub token_path: PathBuf,
+}
+
+#[derive(Clone)]
+struct Api {
+    registry: Arc<Registry>,
+    token: Arc<String>,
+}
+
+/// Binds `addr` and serves the API on a thread of its own until the process ends.
+pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Result<AdminServer> {
+    let token = write_token(token_path)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the admin API runtime")?;
+    let api = Api {
+        registry: registry.clone(),
+        token: Arc::new(token),
+    };
+    let body_limit = registry.limits.module_bytes + (1 << 20);
+    let app = Router::new()
+        .route("/policies", get(list_policies))
+        .route(
+            "/policies/{name}",
+            put(upload_policy).route_layer(middleware::from_fn_with_state(
+                api.clone(),
+                refuse_oversized_module,
+            )),
+        )
+        .route("/tenants/{tenant}/policy", put(activate_policy))
+        .route("/stats", get(stats))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(api.clone(), authorize))
+        .with_state(api);
+    let bound = match addr {
+        AdminAddr::Tcp(a) => {
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind(a))
+                .with_context(|| format!("--admin {a}: cannot listen"))?;
+            let local = AdminAddr::Tcp(listener.local_addr()?);
+            std::thread::spawn(move || {
+                runtime.block_on(async { axum::serve(listener, app).await })
+            });
+            local
+        }
+        AdminAddr::Unix(path) => {
+            let _ = std::fs::remove_file(path);
+            let listener = {
+                let _guard = runtime.enter();
+                tokio::net::UnixListener::bind(path)
+                    .with_context(|| format!("--admin {}: cannot listen", path.display()))?
+            };
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            std::thread::spawn(move || {
+                runtime.block_on(async { axum::serve(listener, app).await })
+            });
+            addr.clone()
+        }
+    };
+    Ok(AdminServer {
+        addr: bound,
+        token_path: token_path.to_path_buf(),
+    })
+}
+
+/// Compares in time independent of where the strings differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authorize(State(api): State<Api>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(t) if same_secret(t.as_bytes(), api.token.as_bytes()) => next.run(request).await,
+        _ => (StatusCode::UNAUTHORIZED, "missing or wrong admin token\n").into_response(),
+    }
+}
+
+fn error(status: StatusCode, e: anyhow::Error) -> Response {
+    let body = serde_json::json!({ "error": format!("{e:#}") });
+    (status, Json(body)).into_response()
+}
+
+async fn list_policies(State(api): State<Api>) -> Response {
+    Json(api.registry.list()).into_response()
+}
+
+/// Refuses a module over the size limit from its `Content-Length`, before reading the body
+/// (a client sending `Expect: 100-continue` then never sends it).
+async fn refuse_oversized_module(State(api): State<Api>, request: Request, next: Next) -> Response {
+    let limit = api.registry.limits.module_bytes as u64;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(len) if len > limit => {
+            let name = request.uri().path().trim_start_matches("/policies/");
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                anyhow!(
+                    "policy {name}: a module of {len} bytes is too large (the limit is {limit} bytes)"
+                ),
+            )
+        }
+        _ => next.run(request).await,
+    }
+}
+
+async fn upload_policy(
+    State(api): State<Api>,
+    UrlPath(name): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    match api.registry.load(&name, &body) {
+        Ok(m) => (
+            StatusCode::CREATED,
+            Json(serde_json::json!({ "name": m.name, "sha256": m.sha256 })),
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn activate_policy(
+    State(api): State<Api>,
+    UrlPath(tenant): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    let policy = String::from_utf8_lossy(&body).trim().to_string();
+    match api.registry.activate(&tenant, &policy) {
+        Ok(()) => (
+            StatusCode::OK,
+            Json(serde_json::json!({ "tenant": tenant, "policy": policy })),
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, e),
+    }
+}
+
+async fn stats(State(api): State<Api>) -> Response {
+    Json(api.registry.store().stats()).into_response()
+}

@@ -1,0 +1,310 @@
+//! Plain host directories behind guest descriptors (`--dir HOST::GUEST`), through cap-std,
+//! whose path resolution never leaves the preopened directory (`..`, absolute paths and
+//! symlinks that lead out are refused), as stock wasmtime does.
+//!
+//! Beyond stock: `fd_sync` / `fd_datasync` of a directory really fsync it (a program that
+//! renames a file into place and syncs the directory gets what it asked for), and
+//! `O_DSYNC` / `O_SYNC` make every write durable before it returns.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions};
+
+use super::abi::{filetype, oflags, Errno, Filestat};
+use super::dirlist::{Cookies, Item};
+use super::table::Kind;
+use super::TimeSpec;
+
+/// An open host file.
+pub struct HostFile {
+    pub file: File,
+}
+
+/// An open host directory.
+pub struct HostDir {
+    pub dir: Dir,
+    pub cookies: Mutex<Cookies>,
+}
+
+fn kind_of(ft: cap_std::fs::FileType) -> u8 {
+    if ft.is_dir() {
+        filetype::DIRECTORY
+    } else if ft.is_file() {
+        filetype::REGULAR_FILE
+    } else if ft.is_symlink() {
+        filetype::SYMBOLIC_LINK
+    } else {
+        use cap_std::fs::FileTypeExt;
+        if ft.is_char_device() {
+            filetype::CHARACTER_DEVICE
+        } else if ft.is_block_device() {
+            1
+        } else if ft.is_socket() {
+            filetype::SOCKET_STREAM
+        } else {
+            filetype::UNKNOWN
+        }
+    }
+}
+
+fn nanos(secs: i64, nsec: i64) -> u64 {
+    (secs.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(nsec.max(0) as u64)
+}
+
+fn stat_of(m: &cap_std::fs::Metadata) -> Filestat {
+    Filestat {
+        dev: m.dev(),
+        ino: m.ino(),
+        filetype: kind_of(m.file_type()),
+        nlink: m.nlink(),
+        size: m.len(),
+        atim: nanos(m.atime(), m.atime_nsec()),
+        mtim: nanos(m.mtime(), m.mtime_nsec()),
+        ctim: nanos(m.ctime(), m.ctime_nsec()),
+    }
+}
+
+fn std_stat(m: &std::fs::Metadata) -> Filestat {
+    use std::os::unix::fs::MetadataExt as _;
+    let ft = m.file_type();
+    Filestat {
+        dev: m.dev(),
+        ino: m.ino(),
+        filetype: if ft.is_dir() {
+            filetype::DIRECTORY
+        } else if ft.is_file() {
+            filetype::REGULAR_FILE
+        } else {
+            filetype::UNKNOWN
+        },
+        nlink: m.nlink(),
+        size: m.len(),
+        atim: nanos(m.atime(), m.atime_nsec()),
+        mtim: nanos(m.mtime(), m.mtime_nsec()),
+        ctim: nanos(m.ctime(), m.ctime_nsec()),
+    }
+}
+
+fn cap_spec(t: Option<TimeSpec>) -> Option<cap_fs_ext::SystemTimeSpec> {
+    t.map(|t| match t {
+        TimeSpec::Now => cap_fs_ext::SystemTimeSpec::SymbolicNow,
+        TimeSpec::At(ns) => {
+            cap_fs_ext::SystemTimeSpec::Absolute(cap_std::time::SystemTime::from_std(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns),
+            ))
+        }
+    })
+}
+
+/// `futimens` on an open descriptor (cap-std sets times by path only).
+fn futimens(fd: i32, atim: Option<TimeSpec>, mtim: Option<TimeSpec>) -> Result<(), Errno> {
+    let spec = |t: Option<TimeSpec>| match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeSpec::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeSpec::At(ns)) => libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        },
+    };
+    let times = [spec(atim), spec(mtim)];
+    // SAFETY: `fd` is open for the call; `times` is two valid timespecs.
+    if unsafe { libc::futimens(fd, times.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
+impl HostDir {
+    pub fn new(dir: Dir) -> HostDir {
+        HostDir {
+            dir,
+            cookies: Mutex::default(),
+        }
+    }
+
+    /// Opens a host directory for a preopen.
+    pub fn open_ambient(path: &std::path::Path) -> io::Result<HostDir> {
+        Ok(HostDir::new(Dir::open_ambient_dir(
+            path,
+            cap_std::ambient_authority(),
+        )?))
+    }
+
+    /// `path_open`.
+    pub fn open(
+        &self,
+        path: &str,
+        follow: bool,
+        of: u16,
+        read: bool,
+        write: bool,
+    ) -> Result<Kind, Errno> {
+        let want_dir = of & oflags::DIRECTORY != 0;
+        if want_dir && of & (oflags::CREAT | oflags::TRUNC | oflags::EXCL) != 0 {
+            return Err(Errno::INVAL);
+        }
+        let mut opts = OpenOptions::new();
+        opts.maybe_dir(true);
+        if of & oflags::CREAT != 0 {
+            if of & oflags::EXCL != 0 {
+                opts.create_new(true);
+            } else {
+                opts.create(true);
+            }
+        }
+        if of & oflags::TRUNC != 0 {
+            opts.truncate(true);
+        }
+        opts.read(read || !write).write(write);
+        opts.follow(if follow {
+            FollowSymlinks::Yes
+        } else {
+            FollowSymlinks::No
+        });
+        let file = self.dir.open_with(path, &opts)?.into_std();
+        if file.metadata()?.is_dir() {
+            Ok(Kind::HostDir(HostDir::new(Dir::from_std_file(file))))
+        } else if want_dir {
+            Err(Errno::NOTDIR)
+        } else {
+            Ok(Kind::HostFile(HostFile { file }))
+        }
+    }
+
+    pub fn create_dir(&self, path: &str) -> Result<(), Errno> {
+        Ok(self.dir.create_dir(path)?)
+    }
+
+    pub fn remove_dir(&self, path: &str) -> Result<(), Errno> {
+        Ok(self.dir.remove_dir(path)?)
+    }
+
+    pub fn unlink(&self, path: &str) -> Result<(), Errno> {
+        Ok(self.dir.remove_file_or_symlink(path)?)
+    }
+
+    pub fn rename(&self, from: &str, to_dir: &HostDir, to: &str) -> Result<(), Errno> {
+        Ok(self.dir.rename(from, &to_dir.dir, to)?)
+    }
+
+    pub fn link(&self, from: &str, to_dir: &HostDir, to: &str) -> Result<(), Errno> {
+        Ok(self.dir.hard_link(from, &to_dir.dir, to)?)
+    }
+
+    pub fn symlink(&self, target: &str, new_path: &str) -> Result<(), Errno> {
+        Ok(self.dir.symlink(target, new_path)?)
+    }
+
+    pub fn readlink(&self, path: &str) -> Result<String, Errno> {
+        let target = self.dir.read_link_contents(path)?;
+        target
+            .into_os_string()
+            .into_string()
+            .map_err(|_| Errno::ILSEQ)
+    }
+
+    pub fn stat(&self) -> Result<Filestat, Errno> {
+        Ok(stat_of(&self.dir.dir_metadata()?))
+    }
+
+    pub fn stat_path(&self, path: &str, follow: bool) -> Result<Filestat, Errno> {
+        let m = if follow {
+            self.dir.metadata(path)?
+        } else {
+            self.dir.symlink_metadata(path)?
+        };
+        Ok(stat_of(&m))
+    }
+
+    /// By path (`.`): the descriptor may be `O_PATH`, which futimens refuses.
+    pub fn set_times(&self, atim: Option<TimeSpec>, mtim: Option<TimeSpec>) -> Result<(), Errno> {
+        Ok(self.dir.set_times(".", cap_spec(atim), cap_spec(mtim))?)
+    }
+
+    pub fn set_times_path(
+        &self,
+        path: &str,
+        follow: bool,
+        atim: Option<TimeSpec>,
+        mtim: Option<TimeSpec>,
+    ) -> Result<(), Errno> {
+        let (a, m) = (cap_spec(atim), cap_spec(mtim));
+        if follow {
+            self.dir.set_times(path, a, m)?;
+        } else {
+            self.dir.set_symlink_times(path, a, m)?;
+        }
+        Ok(())
+    }
+
+    /// The entries sorted by name, and the inodes of `.` and `..`.
+    pub fn list(&self) -> Result<(u64, u64, Vec<Item>), Errno> {
+        let dot = self.dir.dir_metadata()?.ino();
+        let dotdot = self.dir.metadata("..").map(|m| m.ino()).unwrap_or(dot);
+        let mut items = Vec::new();
+        for e in self.dir.entries()? {
+            let e = e?;
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            let ft = e.file_type()?;
+            let ino = cap_fs_ext::DirEntryExt::full_metadata(&e)
+                .map(|m| m.ino())
+                .unwrap_or(0);
+            items.push(Item {
+                name,
+                ino,
+                filetype: kind_of(ft),
+            });
+        }
+        items.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((dot, dotdot, items))
+    }
+
+    /// `fsync` of the directory itself, through a descriptor opened for reading (cap-std
+    /// may hold directories as `O_PATH` descriptors, which fsync refuses).
+    pub fn sync(&self) -> Result<(), Errno> {
+        // SAFETY: openat on an open directory descriptor with a NUL-terminated path.
+        let fd = unsafe {
+            libc::openat(
+                self.dir.as_raw_fd(),
+                c".".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: `fd` was just opened and is closed once, here.
+        let synced = unsafe { libc::fsync(fd) };
+        let err = io::Error::last_os_error();
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        if synced != 0 {
+            return Err(err.into());
+        }
+        Ok(())
+    }
+}
+
+impl HostFile {
+    pub fn stat(&self) -> Result<Filestat, Errno> {
+        Ok(std_stat(&self.file.metadata()?))
+    }
+
+    pub fn set_times(&self, atim: Option<TimeSpec>, mtim: Option<TimeSpec>) -> Result<(), Errno> {
+        futimens(self.file.as_raw_fd(), atim, mtim)
+    }
+}

@@ -1,0 +1,232 @@
+//! Guest linear memory as one host call sees it: bounds-checked loads and stores of the
+//! little-endian values and byte ranges the WASIp1 ABI passes by pointer.
+//!
+//! A [`GuestMem`] is taken at the start of a call and dropped at its end. It holds the
+//! memory's base and length as raw parts, so the host state can be borrowed at the same
+//! time; this is sound because the host never grows a memory or re-enters the guest during
+//! a call, so the base and length cannot change under it. A shared memory (wasip1-threads)
+//! may be written by other guest threads at any moment: its bytes are never lent out as a
+//! Rust slice, only copied in and out (through the caller's scratch buffer), and its length
+//! only grows, so the length taken at the start stays in bounds.
+
+use super::abi::Errno;
+
+/// One call's view of the guest's memory.
+pub struct GuestMem {
+    base: *mut u8,
+    len: usize,
+    shared: bool,
+}
+
+impl GuestMem {
+    /// A plain (unshared) memory, borrowed for the call.
+    pub fn plain(data: &mut [u8]) -> GuestMem {
+        GuestMem {
+            base: data.as_mut_ptr(),
+            len: data.len(),
+            shared: false,
+        }
+    }
+
+    /// A shared memory: `base` and `len` as [`wasmtime::SharedMemory::data`] gives them.
+    pub fn shared(base: *mut u8, len: usize) -> GuestMem {
+        GuestMem {
+            base,
+            len,
+            shared: true,
+        }
+    }
+
+    /// No memory (a call made before the guest's memory is known).
+    pub fn none() -> GuestMem {
+        GuestMem {
+            base: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+            len: 0,
+            shared: false,
+        }
+    }
+
+    /// The offset of `ptr..ptr+len` in memory, or EFAULT.
+    #[inline]
+    fn check(&self, ptr: u32, len: usize) -> Result<usize, Errno> {
+        let start = ptr as usize;
+        match start.checked_add(len) {
+            Some(end) if end <= self.len => Ok(start),
+            _ => Err(Errno::FAULT),
+        }
+    }
+
+    #[inline]
+    fn load<const N: usize>(&self, ptr: u32) -> Result<[u8; N], Errno> {
+        let at = self.check(ptr, N)?;
+        let mut out = [0u8; N];
+        // SAFETY: in bounds (checked); a raw copy never forms a reference to guest bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), out.as_mut_ptr(), N) };
+        Ok(out)
+    }
+
+    #[inline]
+    fn store<const N: usize>(&self, ptr: u32, bytes: [u8; N]) -> Result<(), Errno> {
+        let at = self.check(ptr, N)?;
+        // SAFETY: as in `load`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(at), N) };
+        Ok(())
+    }
+
+    #[inline]
+    pub fn u8(&self, ptr: u32) -> Result<u8, Errno> {
+        Ok(self.load::<1>(ptr)?[0])
+    }
+
+    #[inline]
+    pub fn u16(&self, ptr: u32) -> Result<u16, Errno> {
+        Ok(u16::from_le_bytes(self.load(ptr)?))
+    }
+
+    #[inline]
+    pub fn u32(&self, ptr: u32) -> Result<u32, Errno> {
+        Ok(u32::from_le_bytes(self.load(ptr)?))
+    }
+
+    #[inline]
+    pub fn u64(&self, ptr: u32) -> Result<u64, Errno> {
+        Ok(u64::from_le_bytes(self.load(ptr)?))
+    }
+
+    #[inline]
+    pub fn put_u8(&self, ptr: u32, v: u8) -> Result<(), Errno> {
+        self.store(ptr, [v])
+    }
+
+    #[inline]
+    pub fn put_u16(&self, ptr: u32, v: u16) -> Result<(), Errno> {
+        self.store(ptr, v.to_le_bytes())
+    }
+
+    #[inline]
+    pub fn put_u32(&self, ptr: u32, v: u32) -> Result<(), Errno> {
+        self.store(ptr, v.to_le_bytes())
+    }
+
+    #[inline]
+    pub fn put_u64(&self, ptr: u32, v: u64) -> Result<(), Errno> {
+        self.store(ptr, v.to_le_bytes())
+    }
+
+    /// The `i`th `(buf, len)` pair of an iovec array at `iovs`.
+    #[inline]
+    pub fn iovec(&self, iovs: u32, i: u32) -> Result<(u32, u32), Errno> {
+        let at = iovs.checked_add(i.checked_mul(8).ok_or(Errno::FAULT)?);
+        let at = at.ok_or(Errno::FAULT)?;
+        Ok((
+            self.u32(at)?,
+            self.u32(at.checked_add(4).ok_or(Errno::FAULT)?)?,
+        ))
+    }
+
+    /// Guest bytes to read from. A plain memory lends them directly; a shared one copies
+    /// them into `scratch` first.
+    #[inline]
+    pub fn bytes<'a>(
+        &'a self,
+        ptr: u32,
+        len: u32,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], Errno> {
+        let at = self.check(ptr, len as usize)?;
+        if !self.shared {
+            // SAFETY: in bounds; an unshared memory is touched by no one else during the
+            // call, and the slice lives no longer than this view.
+            return Ok(unsafe { std::slice::from_raw_parts(self.base.add(at), len as usize) });
+        }
+        scratch.clear();
+        scratch.resize(len as usize, 0);
+        // SAFETY: in bounds; copied without forming a reference to shared bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(at), scratch.as_mut_ptr(), len as usize)
+        };
+        Ok(scratch)
+    }
+
+    /// A guest byte range to fill: `fill` gets a buffer of `len` bytes and returns how many
+    /// it filled; those land at `ptr`. Plain memory is filled in place, shared memory
+    /// through `scratch`.
+    #[inline]
+    pub fn fill<E: From<Errno>>(
+        &self,
+        ptr: u32,
+        len: u32,
+        scratch: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let at = self.check(ptr, len as usize)?;
+        if !self.shared {
+            // SAFETY: as in `bytes`, mutably: nothing else reads it during the call.
+            let buf = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len as usize) };
+            return fill(buf);
+        }
+        scratch.clear();
+        scratch.resize(len as usize, 0);
+        let n = fill(scratch)?.min(len as usize);
+        // SAFETY: in bounds; a raw copy into shared memory.
+        unsafe { std::ptr::copy_nonoverlapping(scratch.as_ptr(), self.base.add(at), n) };
+        Ok(n)
+    }
+
+    /// Copies `data` to `ptr`.
+    #[inline]
+    pub fn write_bytes(&self, ptr: u32, data: &[u8]) -> Result<(), Errno> {
+        let at = self.check(ptr, data.len())?;
+        // SAFETY: in bounds; a raw copy.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(at), data.len()) };
+        Ok(())
+    }
+
+    /// A guest string (a path): copied out, and EILSEQ unless it is UTF-8.
+    pub fn string(&self, ptr: u32, len: u32) -> Result<String, Errno> {
+        let at = self.check(ptr, len as usize)?;
+        let mut v = vec![0u8; len as usize];
+        // SAFETY: in bounds; a raw copy.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), v.as_mut_ptr(), v.len()) };
+        String::from_utf8(v).map_err(|_| Errno::ILSEQ)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_and_stores_are_bounds_checked() {
+        let mut data = vec![0u8; 64];
+        let m = GuestMem::plain(&mut data);
+        m.put_u64(56, 0x0102_0304_0506_0708).unwrap();
+        assert_eq!(m.u64(56).unwrap(), 0x0102_0304_0506_0708);
+        assert_eq!(m.u32(56).unwrap(), 0x0506_0708);
+        assert_eq!(m.u64(57), Err(Errno::FAULT));
+        assert_eq!(m.put_u32(61, 1), Err(Errno::FAULT));
+        assert_eq!(m.u8(u32::MAX), Err(Errno::FAULT));
+        let mut scratch = Vec::new();
+        assert_eq!(m.bytes(60, 5, &mut scratch), Err(Errno::FAULT));
+        assert_eq!(m.bytes(56, 2, &mut scratch).unwrap(), &[8, 7]);
+        assert_eq!(m.string(0, 65), Err(Errno::FAULT));
+        m.write_bytes(0, &[0xff, 0xfe]).unwrap();
+        assert_eq!(m.string(0, 2), Err(Errno::ILSEQ));
+    }
+
+    #[test]
+    fn shared_memory_goes_through_scratch() {
+        let mut data = vec![7u8; 32];
+        let m = GuestMem::shared(data.as_mut_ptr(), data.len());
+        let mut scratch = Vec::new();
+        assert_eq!(m.bytes(0, 4, &mut scratch).unwrap(), &[7, 7, 7, 7]);
+        let n = m
+            .fill(8, 4, &mut scratch, |b: &mut [u8]| -> Result<usize, Errno> {
+                b[..2].copy_from_slice(&[1, 2]);
+                Ok(2)
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(&data[8..12], &[1, 2, 7, 7]);
+    }
+}

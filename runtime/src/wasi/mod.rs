@@ -1,0 +1,234 @@
+//! valet-run's own WASIp1 layer (`wasi_snapshot_preview1`), on the `wasmtime` crate alone.
+//!
+//! This module is the WASI adapter: the one place that knows both WASI and the store. It
+//! owns the guest's descriptor table ([`table`]), and serves each descriptor from the
+//! store ([`store_fs`]), from a plain host directory ([`host_fs`]), from stdio, or from a
+//! preopened TCP listener. [`calls`] registers every preview1 function with
+//! `Linker::func_wrap` and does the marshalling by hand ([`mem`]), so a call costs what it
+//! does: a table lookup, the store call, and an errno that is a plain number (never a boxed
+//! error or a captured backtrace, whatever `RUST_BACKTRACE` says). Only a trap or an exit
+//! leaves a call as a `wasmtime::Error`.
+//!
+//! One [`WasiCtx`] serves every thread of a guest (wasip1-threads): each thread has its own
+//! wasmtime store whose [`GuestState`] shares the context and the memory.
+//!
+//! Not here: running a guest, threads and exit codes ([`crate::host`]); the store itself
+//! (valet-vfs, which knows nothing of WASI).
+
+pub mod abi;
+mod calls;
+mod dirlist;
+pub mod host_fs;
+pub mod mem;
+mod poll;
+pub mod store_fs;
+pub mod table;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use valet_vfs::{Ino, Store};
+use wasmtime::{Caller, Memory, SharedMemory};
+
+use abi::Errno;
+use mem::GuestMem;
+use table::{Desc, Kind, Table};
+
+pub use calls::add_to_linker;
+
+/// A time a guest asks to set: now, or nanoseconds since the epoch.
+#[derive(Clone, Copy, Debug)]
+pub enum TimeSpec {
+    Now,
+    At(u64),
+}
+
+impl TimeSpec {
+    pub fn ns(self) -> u64 {
+        match self {
+            TimeSpec::At(ns) => ns,
+            TimeSpec::Now => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// How a guest asked to end: `proc_exit(code)`. Carried as the `wasmtime::Error` of the
+/// call that ended it.
+#[derive(Debug, Clone, Copy)]
+pub struct Exit(pub i32);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the guest exited with code {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// The trap every call of a guest that is ending raises (another thread exited or trapped).
+#[derive(Debug, Clone, Copy)]
+pub struct Ending;
+
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the guest is ending (another of its threads exited or trapped)")
+    }
+}
+
+impl std::error::Error for Ending {}
+
+/// A directory (or socket) the guest gets at start.
+pub enum Preopened {
+    Store {
+        store: Store,
+        ino: Ino,
+        guest_path: String,
+    },
+    Host {
+        dir: host_fs::HostDir,
+        guest_path: String,
+    },
+    Listener(TcpListener),
+}
+
+/// One guest's WASI state, shared by its threads.
+pub struct WasiCtx {
+    args: Vec<String>,
+    env: Vec<String>,
+    table: Mutex<Table>,
+    /// Set once any thread exits or traps; calls of the other threads then trap.
+    ending: AtomicBool,
+}
+
+impl WasiCtx {
+    /// A context with stdio on descriptors 0–2 and the preopens from 3 on, as wasmtime does.
+    pub fn new(
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        preopens: Vec<Preopened>,
+    ) -> Result<WasiCtx> {
+        let mut table = Table::default();
+        for kind in [Kind::Stdin, Kind::Stdout, Kind::Stderr] {
+            table.push(Arc::new(Desc::new(kind, 0))).ok();
+        }
+        for p in preopens {
+            let (kind, path) = match p {
+                Preopened::Store {
+                    store,
+                    ino,
+                    guest_path,
+                } => (
+                    Kind::StoreDir(store_fs::StoreDir::new(store, ino)),
+                    Some(guest_path),
+                ),
+                Preopened::Host { dir, guest_path } => (Kind::HostDir(dir), Some(guest_path)),
+                Preopened::Listener(l) => (Kind::Listener(l), None),
+            };
+            let mut desc = Desc::new(kind, 0);
+            desc.preopen = path;
+            table
+                .push(Arc::new(desc))
+                .map_err(|_| anyhow::anyhow!("too many preopens"))?;
+        }
+        for s in args.iter().chain(env.iter().map(|(k, _)| k)) {
+            if s.contains('\0') {
+                anyhow::bail!("a guest argument or variable holds a NUL byte: {s:?}");
+            }
+        }
+        Ok(WasiCtx {
+            args,
+            env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            table: Mutex::new(table),
+            ending: AtomicBool::new(false),
+        })
+    }
+
+    /// The descriptor `fd`, cloned out of the table.
+    #[inline]
+    pub fn get(&self, fd: u32) -> Result<Arc<Desc>, Errno> {
+        self.table().get(fd).cloned()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the guest as ending; returns whether it already was.
+    pub fn end(&self) -> bool {
+        self.ending.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::Relaxed)
+    }
+
+    /// Closes every descriptor the guest left open; the first close that fails is returned
+    /// (a store file whose last flush fails).
+    pub fn close_all(&self) -> std::result::Result<(), Errno> {
+        let all = self.table().drain();
+        let mut first = Ok(());
+        for d in all {
+            if let Err(e) = calls::close_desc(d) {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+}
+
+/// The guest memory a thread's calls use.
+#[derive(Clone)]
+pub enum MemRef {
+    None,
+    Plain(Memory),
+    Shared(SharedMemory),
+}
+
+/// Per-thread host state: the wasmtime store's data.
+pub struct GuestState {
+    pub wasi: Arc<WasiCtx>,
+    pub mem: MemRef,
+    /// Staging for copies in and out of a shared memory (kept, so no call allocates).
+    scratch: Vec<u8>,
+    /// What `wasi::thread-spawn` needs (set by [`crate::host`] for threaded guests).
+    pub threads: Option<Arc<crate::host::Threads>>,
+}
+
+impl GuestState {
+    pub fn new(wasi: Arc<WasiCtx>, mem: MemRef) -> GuestState {
+        GuestState {
+            wasi,
+            mem,
+            scratch: Vec::new(),
+            threads: None,
+        }
+    }
+}
+
+/// A call's view: the guest's memory, the shared context, and the scratch buffer.
+#[inline]
+pub(crate) fn view<'a>(
+    caller: &'a mut Caller<'_, GuestState>,
+) -> (GuestMem, &'a WasiCtx, &'a mut Vec<u8>) {
+    let (mem, st) = match &caller.data().mem {
+        MemRef::Plain(m) => {
+            let m = *m;
+            let (data, st) = m.data_and_store_mut(caller);
+            (GuestMem::plain(data), st)
+        }
+        MemRef::Shared(s) => {
+            let data = s.data();
+            let mem = GuestMem::shared(data.as_ptr() as *mut u8, data.len());
+            (mem, caller.data_mut())
+        }
+        MemRef::None => (GuestMem::none(), caller.data_mut()),
+    };
+    let GuestState { wasi, scratch, .. } = st;
+    (mem, &**wasi, scratch)
+}

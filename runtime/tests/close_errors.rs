@@ -1,0 +1,133 @@
+//! fsync is a promise: when the flush a close makes fails, the guest's `fd_close` returns
+//! the error (EIO) instead of success. The device under the store fails every write and
+//! sync on demand; the guest (WAT) opens a file, writes to it, closes it, and exits with
+//! the errno `fd_close` gave it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
+use valet_vfs::{Store, StoreConfig};
+
+/// A memory device whose writes and syncs fail with EIO while `failing` is set.
+struct FailingDevice {
+    inner: MemoryDevice,
+    failing: AtomicBool,
+}
+
+impl FailingDevice {
+    fn check(&self) -> Result<(), DeviceError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(DeviceError::Io(std::io::Error::from_raw_os_error(
+                libc::EIO,
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ZonedDevice for FailingDevice {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    fn report_zones(&self) -> Vec<ZoneInfo> {
+        self.inner.report_zones()
+    }
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.inner.zone_info(zone)
+    }
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.check()?;
+        self.inner.write(zone, offset, data)
+    }
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.check()?;
+        self.inner.append(zone, data)
+    }
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.inner.read(zone, offset, buf)
+    }
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.reset(zone)
+    }
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.finish(zone)
+    }
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.open(zone)
+    }
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.inner.close(zone)
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        self.check()?;
+        self.inner.sync()
+    }
+}
+
+/// Opens `/data/f` (fd 3 is the store), writes "hello", closes it. Exit code: 100 + errno
+/// when the open fails, 150 + errno when the write does, else `fd_close`'s errno.
+const GUEST: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_close" (func $close (param i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "f")
+  (data (i32.const 16) "hello")
+  (func (export "_start") (local $e i32) (local $fd i32)
+    ;; path_open(3, follow, "f", CREAT|TRUNC, READ|WRITE, same, 0, &fd at 32)
+    (local.set $e (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1)
+      (i32.const 9) (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 32)))
+    (if (local.get $e) (then (call $exit (i32.add (i32.const 100) (local.get $e)))))
+    (local.set $fd (i32.load (i32.const 32)))
+    ;; one iovec at 40: "hello"
+    (i32.store (i32.const 40) (i32.const 16))
+    (i32.store (i32.const 44) (i32.const 5))
+    (local.set $e (call $write (local.get $fd) (i32.const 40) (i32.const 1) (i32.const 48)))
+    (if (local.get $e) (then (call $exit (i32.add (i32.const 150) (local.get $e)))))
+    (call $exit (call $close (local.get $fd)))))"#;
+
+#[test]
+fn a_close_whose_flush_fails_returns_eio_to_the_guest() {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 4 << 20,
+        zone_capacity: 4 << 20,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    };
+    let device = Arc::new(FailingDevice {
+        inner: MemoryDevice::new(geometry).unwrap(),
+        failing: AtomicBool::new(false),
+    });
+    let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+    let (_, root) = store.tenant("t").unwrap();
+    let engine = host::engine().unwrap();
+    let module = wasmtime::Module::new(&engine, wat::parse_str(GUEST).unwrap()).unwrap();
+    let spec = GuestSpec {
+        args: vec!["close".into()],
+        preopens: vec![Preopen::Store {
+            ino: root,
+            guest_path: "/data".into(),
+        }],
+        ..GuestSpec::default()
+    };
+
+    // A healthy device: the close succeeds.
+    match host::run(&engine, &module, &spec, &store).unwrap() {
+        GuestExit::Code(0) => {}
+        other => panic!("healthy close: {other:?}"),
+    }
+    store.sync().unwrap();
+
+    // A device that fails every write and sync: the close reports EIO (29).
+    device.failing.store(true, Ordering::SeqCst);
+    match host::run(&engine, &module, &spec, &store).unwrap() {
+        GuestExit::Code(29) => {}
+        other => panic!("failing close: {other:?} (want EIO, 29)"),
+    }
+}
