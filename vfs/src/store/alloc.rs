@@ -25,6 +25,10 @@ pub(super) struct Reserved {
     pub blocks: u32,
 }
 
+/// How many times (of 1 ms at most) an allocation waits for zones in use to become
+/// resettable before it looks for space elsewhere.
+const MAX_INFLIGHT_WAITS: u32 = 100;
+
 /// Work an allocation needs done outside the lock before it can succeed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Need {
@@ -48,17 +52,24 @@ impl Store {
         for_gc: bool,
     ) -> Result<Reserved> {
         let mut collected = false;
+        // Waits for pinned zones to become resettable: bounded, since the pin may be this
+        // thread's own (an earlier piece of the same flush).
+        let mut waits = 0;
         loop {
             let need = {
                 let mut inner = self.lock()?;
-                match inner.try_allocate(key, hint, want, for_gc, collected)? {
+                let patient = waits < MAX_INFLIGHT_WAITS;
+                match inner.try_allocate(key, hint, want, for_gc, collected, patient)? {
                     Ok(r) => {
                         self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
                         return Ok(r);
                     }
                     Err(need) => match need {
                         Need::InFlight => {
-                            drop(self.wait(inner)?);
+                            // Pins drop without the lock, so wait a little at most.
+                            waits += 1;
+                            let wait = std::time::Duration::from_millis(1);
+                            drop(self.shared.changed.wait_timeout(inner, wait));
                             continue;
                         }
                         need => need,
@@ -94,6 +105,7 @@ impl Inner {
         want: u32,
         for_gc: bool,
         collected: bool,
+        patient: bool,
     ) -> Result<std::result::Result<Reserved, Need>> {
         if !for_gc {
             self.current_group.insert(key, hint.group);
@@ -103,7 +115,7 @@ impl Inner {
         }
         let short = (self.free.len() as u32) < self.config.gc_threshold_zones;
         if !for_gc && !collected && short {
-            if !self.to_reset.is_empty() {
+            if self.reset_need() == Some(Need::Commit) {
                 return Ok(Err(Need::Commit));
             }
             if self.gc_victim(self.blocks_per_zone() / 8).is_some() {
@@ -136,8 +148,10 @@ impl Inner {
                 blocks,
             })));
         }
-        if !self.to_reset.is_empty() {
-            return Ok(Err(Need::Commit));
+        match self.reset_need() {
+            Some(Need::InFlight) if !patient => {}
+            Some(need) => return Ok(Err(need)),
+            None => {}
         }
         if !for_gc && self.gc_victim(1).is_some() {
             return Ok(Err(Need::Collect { eager: false }));
@@ -153,6 +167,21 @@ impl Inner {
             "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
             self.state.geometry.capacity_bytes()
         )))
+    }
+
+    /// What it takes to get the zones waiting for a reset back: a commit if one can be
+    /// reset now, else the end of the reads and writes that still use them.
+    fn reset_need(&self) -> Option<Need> {
+        if self.to_reset.is_empty() {
+            return None;
+        }
+        let ready = self.to_reset.iter().any(|&zone| {
+            let z = zone as usize;
+            self.state.zones.valid_blocks(zone) == 0
+                && self.pins[z].load(Ordering::Acquire) == 0
+                && self.written[z] == self.wp[z]
+        });
+        Some(if ready { Need::Commit } else { Need::InFlight })
     }
 
     /// Advances the store's write pointer over reserved blocks.
@@ -226,7 +255,7 @@ impl Inner {
     /// Takes a free zone for stream `key`, making room under the active limit first.
     fn open_zone(&mut self, key: StreamKey) -> Result<std::result::Result<ZoneId, Need>> {
         while self.active_data_zones() >= self.active_budget() {
-            if !self.to_reset.is_empty() {
+            if self.reset_need() == Some(Need::Commit) {
                 // Emptied zones still hold active resources until their reset.
                 return Ok(Err(Need::Commit));
             }

@@ -347,91 +347,94 @@ impl Store {
             (key, hint, inner.state.block_size())
         };
         let total = (len as u64).div_ceil(bs) * bs;
-        let mut pieces: Vec<(Reserved, u32, u64)> = Vec::new();
-        let wrote = self.write_pieces(key, &hint, &buf, total, &mut pieces);
+        self.write_pieces(ino, key, &hint, &buf, start, total)?;
         drop(buf);
-        let recorded = match wrote {
-            Ok(()) => self.record_flush(ino, key, start, total, &pieces),
-            Err(e) => Err(e),
-        };
-        for (r, _, _) in &pieces {
-            self.unpin(r.zone);
-        }
-        recorded
+        self.finish_front(ino, key, total)
     }
 
-    /// Reserves and writes `total` bytes of `buf` as extents of stream `key`, collecting
-    /// them in `pieces` (their zones stay pinned, even on error).
+    /// Reserves and writes `total` bytes of `buf` (file offset `start`) as extents of
+    /// stream `key`, recording each as soon as it is written (the first with the file's
+    /// size), so that no zone this flush wrote waits for the rest of the flush to be reset
+    /// or reused. A flush cut short by a crash leaves some pieces new and the rest old, as
+    /// any unsynced write may.
     fn write_pieces(
         &self,
+        ino: Ino,
         key: StreamKey,
         hint: &crate::Hint,
         buf: &[u8],
+        start: u64,
         total: u64,
-        pieces: &mut Vec<(Reserved, u32, u64)>,
     ) -> Result<()> {
         let bs = self.shared.device.geometry().block_size as u64;
         let mut written = 0u64;
         while written < total {
             let want = ((total - written) / bs) as u32;
             let r = self.allocate(key, hint, want, false)?;
-            pieces.push((r, 0, written));
             let bytes = &buf[written as usize..(written + r.blocks as u64 * bs) as usize];
-            let crc = self.write_blocks(r, bytes)?;
-            pieces.last_mut().expect("just pushed").1 = crc;
+            let recorded = self.write_blocks(r, bytes).and_then(|crc| {
+                let file_block = (start + written) / bs;
+                self.record_piece(ino, r, crc, file_block, written == 0)
+            });
+            self.unpin(r.zone);
+            recorded?;
             written += r.blocks as u64 * bs;
         }
         Ok(())
     }
 
-    /// Records a written front buffer of `ino`: its size and extents, in one transaction.
-    fn record_flush(
+    /// Records one written piece of the front buffer of `ino`, after the file's size when
+    /// it is the first.
+    fn record_piece(
         &self,
         ino: Ino,
-        key: StreamKey,
-        start: u64,
-        total: u64,
-        pieces: &[(Reserved, u32, u64)],
+        r: Reserved,
+        crc: u32,
+        file_block: u64,
+        first: bool,
     ) -> Result<()> {
-        let bs = self.shared.device.geometry().block_size as u64;
         let mut inner = self.lock()?;
-        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
-        let done = of.inflight.pop_front().expect("the front is ours");
-        let unreported = std::mem::take(&mut of.unreported);
-        match done.set_size {
-            // A shrink by `set_len`: the zeroed block and the new size in one transaction.
-            Some(size) => {
-                let inode = inner.state.inode(ino)?;
-                let op = MetaOp::SetAttr {
+        if first {
+            let front = inner.open.get(&ino).and_then(|o| o.inflight.front());
+            let (size, set_size) = front
+                .map(|d| (d.size, d.set_size))
+                .ok_or(Error::BadHandle)?;
+            let inode = inner.state.inode(ino)?;
+            let op = match set_size {
+                // A shrink by `set_len`: the zeroed block and the new size together.
+                Some(size) => MetaOp::SetAttr {
                     ino,
                     size,
                     atime_ns: inode.atime_ns,
                     mtime_ns: inode.mtime_ns,
                     ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
-                };
-                inner.record(op)?;
-            }
-            None => {
-                let mtime_ns = inner.state.inode(ino)?.mtime_ns;
-                inner.record(MetaOp::Extend {
-                    ino,
-                    size: done.size,
-                    mtime_ns,
-                })?;
-            }
-        }
-        for &(r, crc, offset) in pieces {
-            inner.record(MetaOp::MapExtent {
-                ino,
-                file_block: (start + offset) / bs,
-                extent: Extent {
-                    zone: r.zone,
-                    block: r.block,
-                    len: r.blocks,
                 },
-                crc,
-            })?;
+                None => MetaOp::Extend {
+                    ino,
+                    size,
+                    mtime_ns: inode.mtime_ns,
+                },
+            };
+            inner.record(op)?;
         }
+        inner.record(MetaOp::MapExtent {
+            ino,
+            file_block,
+            extent: Extent {
+                zone: r.zone,
+                block: r.block,
+                len: r.blocks,
+            },
+            crc,
+        })
+    }
+
+    /// Retires the front buffer of `ino` once all of it is recorded.
+    fn finish_front(&self, ino: Ino, key: StreamKey, total: u64) -> Result<()> {
+        let mut inner = self.lock()?;
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        let done = of.inflight.pop_front().expect("the front is ours");
+        let unreported = std::mem::take(&mut of.unreported);
         inner.counters.streams.entry(key).or_default().device += total;
         if let Ok(buf) = Arc::try_unwrap(done.buf) {
             if done.pooled {

@@ -16,6 +16,22 @@ use crate::device::ZoneId;
 use crate::hint::Hint;
 use crate::Result;
 
+/// Whether file `ino` maps `ext` at `file_block`, block for block (a moved copy may replace
+/// it only then).
+fn maps(inner: &Inner, ino: Ino, file_block: u64, ext: Extent) -> bool {
+    let Some(inode) = inner.state.inodes.get(&ino) else {
+        return false;
+    };
+    let pieces = inode
+        .extents
+        .pieces(file_block, file_block + ext.len as u64);
+    pieces.iter().all(|(fb, e, _)| {
+        e.is_some_and(|e| {
+            e.zone == ext.zone && e.block as u64 == ext.block as u64 + (fb - file_block)
+        })
+    })
+}
+
 impl Inner {
     /// Sealed data zones that GC may collect, with their valid blocks.
     fn sealed_zones(&self) -> Vec<(ZoneId, u64)> {
@@ -87,13 +103,9 @@ impl Store {
                 group,
                 ..Hint::zoned(key.stream)
             };
-            // Pinned until the copies are read: the victim is not reset under the reader.
-            self.shared.pins[victim as usize].fetch_add(1, Ordering::AcqRel);
             (victim, key, hint, moving)
         };
-        let result = self.move_extents(victim, key, &hint, moving);
-        self.shared.pins[victim as usize].fetch_sub(1, Ordering::AcqRel);
-        result?;
+        self.move_extents(victim, key, &hint, moving)?;
         Ok(true)
     }
 
@@ -106,10 +118,22 @@ impl Store {
     ) -> Result<()> {
         let bs = self.shared.device.geometry().block_size as u64;
         for (ino, file_block, ext) in moving {
+            // Read with the victim pinned (not reset under the reader), and only while the
+            // pin is needed: the allocations below may need the victim's reset themselves.
+            {
+                let inner = self.lock()?;
+                if !maps(&inner, ino, file_block, ext) {
+                    continue;
+                }
+                self.shared.pins[victim as usize].fetch_add(1, Ordering::AcqRel);
+            }
             let mut data = vec![0u8; ext.len as usize * bs as usize];
-            self.shared
+            let read = self
+                .shared
                 .device
-                .read(victim, ext.block as u64 * bs, &mut data)?;
+                .read(victim, ext.block as u64 * bs, &mut data);
+            self.unpin(victim);
+            read?;
             let mut done = 0u32;
             while done < ext.len {
                 let r = self.allocate(key, hint, ext.len - done, true)?;
@@ -132,22 +156,7 @@ impl Store {
                     block: ext.block + done,
                     len: r.blocks,
                 };
-                let current = inner.state.inodes.get(&ino).is_some_and(|inode| {
-                    inode
-                        .extents
-                        .pieces(
-                            file_block + done as u64,
-                            file_block + (done + r.blocks) as u64,
-                        )
-                        .iter()
-                        .all(|(fb, e, _)| {
-                            e.is_some_and(|e| {
-                                e.zone == piece.zone
-                                    && e.block as u64
-                                        == piece.block as u64 + (fb - file_block - done as u64)
-                            })
-                        })
-                });
+                let current = maps(&inner, ino, file_block + done as u64, piece);
                 if current {
                     inner.record(MetaOp::MapExtent {
                         ino,

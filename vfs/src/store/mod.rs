@@ -265,6 +265,8 @@ struct Inner {
     events: Vec<Event>,
     /// Journal bytes written so far (the journal itself belongs to the commit leader).
     meta_bytes: u64,
+    /// Per zone: readers and writers using it (taken under the lock, dropped without it).
+    pins: Arc<[AtomicU32]>,
 }
 
 struct Shared {
@@ -273,8 +275,9 @@ struct Shared {
     /// buffer comes back to the pool.
     changed: Condvar,
     commit: GroupCommit,
-    /// Per zone: readers and writers using it now (a zone is not reset while pinned).
-    pins: Box<[AtomicU32]>,
+    /// Per zone: readers and writers using it now (a zone is not reset while pinned); the
+    /// same counters as `Inner::pins`.
+    pins: Arc<[AtomicU32]>,
     device: Arc<dyn ZonedDevice>,
     placements: Arc<Placements>,
     /// Hands full buffers to the background writer.
@@ -382,12 +385,12 @@ impl Store {
     pub fn open(device: Arc<dyn ZonedDevice>, config: StoreConfig) -> Result<Store> {
         let placements = Arc::new(Placements::default());
         let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
-        let zones = device.geometry().zone_count as usize;
+        let pins = inner.pins.clone();
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             changed: Condvar::new(),
             commit: GroupCommit::new(journal),
-            pins: (0..zones).map(|_| AtomicU32::new(0)).collect(),
+            pins,
             device,
             placements,
             writer: writer::Queue::default(),

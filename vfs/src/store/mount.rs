@@ -144,6 +144,9 @@ pub(super) fn mount(
         placements,
         events: Vec::new(),
         meta_bytes: 0,
+        pins: (0..zones)
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect(),
     };
     inner.settle_zones()?;
     inner.free_orphans()?;

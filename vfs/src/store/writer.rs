@@ -61,8 +61,13 @@ impl Queue {
 }
 
 fn run(store: Store, rx: Receiver<Job>) {
-    while let Ok(Job::Write(ino)) = rx.recv() {
-        // A failure stays with the file (see the module docs); the next sync reports it.
-        let _ = store.write_queued(ino);
+    loop {
+        match rx.recv() {
+            // A failure stays with the file (see the module docs); the next sync reports it.
+            Ok(Job::Write(ino)) => {
+                let _ = store.write_queued(ino);
+            }
+            Ok(Job::Stop) | Err(_) => return,
+        }
     }
 }
