@@ -26,8 +26,10 @@ pub(super) struct Reserved {
 }
 
 /// How many times (of 1 ms at most) an allocation waits for zones in use to become
-/// resettable before it looks for space elsewhere.
-const MAX_INFLIGHT_WAITS: u32 = 100;
+/// resettable before it looks for space elsewhere. A thread never waits on its own pin (a
+/// flush records each piece before it allocates the next), so the bound only guards
+/// against a bug turning into a hang.
+const MAX_INFLIGHT_WAITS: u32 = 10_000;
 
 /// Work an allocation needs done outside the lock before it can succeed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +54,7 @@ impl Store {
         for_gc: bool,
     ) -> Result<Reserved> {
         let mut collected = false;
-        // Waits for pinned zones to become resettable: bounded, since the pin may be this
-        // thread's own (an earlier piece of the same flush).
+        // Waits for pinned zones to become resettable (bounded, see MAX_INFLIGHT_WAITS).
         let mut waits = 0;
         loop {
             let need = {
