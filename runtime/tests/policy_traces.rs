@@ -124,10 +124,13 @@ fn builtins_on_a_recorded_lsm_trace() {
         "learn WAF {learn_waf} vs rocks {rocks_waf}"
     );
     // The replay device really is nearly full: data moved for someone.
+    // (Full buffers reach the device from the store's background writer, so the order of
+    // allocations, and the WAF, varies by about a percent between replays.)
     let one_stream = check("fdp-dirs", &trace, true).1;
     assert!(
-        waf(&one_stream) >= rocks_waf,
-        "one stream should not beat rocks"
+        waf(&one_stream) >= rocks_waf * 0.98,
+        "one stream should not beat rocks: {} vs {rocks_waf}",
+        waf(&one_stream)
     );
 }
 
