@@ -1,6 +1,8 @@
 //! The comparison report: `report --scale small|full --out DIR` runs every bench guest under
 //! each configuration ([`runners`]), sweeps WAF against utilization and over-provisioning
-//! ([`sweeps`]), runs two guests as tenants of one device ([`tenants`]), and writes
+//! ([`sweeps`]), runs two guests as tenants of one device ([`tenants`]), measures synced
+//! small writes against the disk's one-flush limit and several synced writers at once
+//! ([`synced`]), and writes
 //! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
 
 pub mod markdown;
@@ -8,6 +10,7 @@ pub mod parse;
 pub mod plots;
 pub mod runners;
 pub mod sweeps;
+pub mod synced;
 pub mod tenants;
 pub mod workloads;
 mod write;
@@ -20,6 +23,9 @@ use parse::Measurement;
 use runners::{Config, Outcome, Runner};
 use valet_vfs::Stats;
 use workloads::{Scale, Workload};
+
+/// The workload after whose runs the one-flush limit is measured.
+const SYNC_ROW: &str = "leveldb sync";
 
 /// What one configuration of one workload gave.
 pub struct RunData {
@@ -53,6 +59,8 @@ pub struct Results {
     pub cache_guest: Option<&'static str>,
     pub cache: Vec<sweeps::CachePoint>,
     pub tenants: Result<Vec<tenants::TenantResult>, String>,
+    /// The one-flush limit and the grouped-sync runs.
+    pub synced: synced::Synced,
     /// (label, map) of the zone maps taken.
     pub zone_maps: Vec<(String, zones::ZoneMap)>,
     pub wall: Duration,
@@ -103,6 +111,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     let mut skipped = Vec::new();
     let mut rows = Vec::new();
     let mut zone_maps = Vec::new();
+    let mut probes = None;
     for w in workloads::all(scale) {
         if valet_guests::wasm(w.guest).is_none() {
             let why = valet_guests::SKIPPED
@@ -129,11 +138,21 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
             }
             results.push((config, outcome.and_then(into_data)));
         }
+        let sync_rows = w.label == SYNC_ROW;
         rows.push(Row {
             workload: w,
             results,
         });
+        if sync_rows {
+            // On the same disk, right after the runs it is compared with.
+            eprintln!("report: one-flush limit and 430 B append + fdatasync");
+            probes = Some(synced::probes(&runner.work, scale));
+        }
     }
+    let (limit, append) = probes.unwrap_or_else(|| {
+        eprintln!("report: one-flush limit and 430 B append + fdatasync");
+        synced::probes(&runner.work, scale)
+    });
     eprintln!("report: WAF against utilization");
     let waf = sweeps::waf_sweep(scale);
     let cache_guest = ["cache", "cache_sim"]
@@ -147,6 +166,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     let tenants = tenant_pair(scale)
         .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
         .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+    let groups = synced::groups(&runner, scale);
     let results = Results {
         scale,
         rows,
@@ -155,6 +175,11 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         cache_guest,
         cache,
         tenants,
+        synced: synced::Synced {
+            limit,
+            append,
+            groups,
+        },
         zone_maps,
         wall: start.elapsed(),
     };

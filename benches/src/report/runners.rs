@@ -121,16 +121,7 @@ impl Runner {
                 };
                 self.guest(wasm, policy, w.args_for(MOUNT), zones)
             }
-            Config::Stock => {
-                let dir = self.scratch()?;
-                let mut cmd = Command::new(&self.self_exe);
-                cmd.arg(STOCK_SUBCOMMAND)
-                    .arg(wasm)
-                    .arg(dir.path().join("data"))
-                    .args(w.args_for(MOUNT));
-                std::fs::create_dir(dir.path().join("data")).map_err(|e| e.to_string())?;
-                self.spawn(cmd, dir, None)
-            }
+            Config::Stock => self.stock(wasm, &w.args_for(MOUNT)),
             Config::Native => {
                 let exe = valet_guests::native(w.guest).ok_or("no native build")?;
                 let dir = self.scratch()?;
@@ -142,6 +133,18 @@ impl Runner {
                 self.spawn(cmd, dir, None)
             }
         }
+    }
+
+    /// Runs guest `wasm` with `args` under stock WASI, a fresh host directory at [`MOUNT`].
+    pub fn stock(&self, wasm: &str, args: &[String]) -> Result<Outcome, String> {
+        let dir = self.scratch()?;
+        std::fs::create_dir(dir.path().join("data")).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.self_exe);
+        cmd.arg(STOCK_SUBCOMMAND)
+            .arg(wasm)
+            .arg(dir.path().join("data"))
+            .args(args);
+        self.spawn(cmd, dir, None)
     }
 
     /// Runs guest `wasm` with `args` under `valet-run --policy policy`.

@@ -7,10 +7,16 @@ use super::parse::Measurement;
 use super::plots::{self, Bars, Line};
 use super::runners::Config;
 use super::sweeps::{CACHE_OPS, FTL_OPS};
+use super::synced::{self, Kind};
 use super::{Results, Row};
 
 /// The multi-tenant target: p99.99 together at most this many times alone.
 const TENANT_P9999: f64 = 1.3;
+
+/// LevelDB `--sync 1` P50 at most this many times the one-flush limit's P50.
+const LIMIT_P50: f64 = 1.1;
+/// Grouped syncs: valet's aggregate at least this many times stock's.
+const GROUPED: f64 = 2.0;
 
 /// Writes `out/report.md` and the figures it links.
 pub fn report(r: &Results, out: &Path) -> Result<(), String> {
@@ -31,6 +37,7 @@ pub fn report(r: &Results, out: &Path) -> Result<(), String> {
     guests(r, &mut doc);
     throughput(r, &mut doc, &mut figures);
     latency(r, &mut doc, &mut figures);
+    synced(r, &mut doc);
     device(r, &mut doc);
     waf_sweep(r, &mut doc, &mut figures);
     cache_sweep(r, &mut doc, &mut figures);
@@ -221,6 +228,173 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
         "P99 latency per workload and configuration",
         "latency_p99.svg",
     );
+}
+
+fn synced(r: &Results, doc: &mut Doc) {
+    doc.heading(2, "Synced writes: the one-flush limit and grouped syncs");
+    let s = &r.synced;
+    doc.paragraph(&format!(
+        "Native loops of this process on the disk of the report's data directory, right \
+         after the LevelDB `--sync 1` runs: the **one-flush limit** (a 4 KiB `pwrite` over an \
+         already written and synced block of a 1 MiB file, then `fdatasync`: one data write \
+         and one device flush, no allocation) and what stock pays per synced record (a \
+         {} B append, then `fdatasync`, so ext4 commits its journal each time). {} timed \
+         operations each after {} untimed; latency in µs.",
+        synced::RECORD,
+        synced::probe_ops(r.scale),
+        synced::WARMUP
+    ));
+    let mut t = Table::new(&["native loop", "ops/s", "P50", "P99", "P99.99"]);
+    let probe_row = |t: &mut Table, what: &str, p: &Result<synced::Probe, String>| match p {
+        Ok(p) => t.row(vec![
+            what.into(),
+            num(Some(p.ops_per_sec)),
+            num(Some(p.p50)),
+            num(Some(p.p99)),
+            num(Some(p.p9999)),
+        ]),
+        Err(e) => t.row(vec![what.into(), format!("failed: {e}")]),
+    };
+    probe_row(
+        &mut t,
+        "4 KiB overwrite of a written block + fdatasync (one-flush limit)",
+        &s.limit,
+    );
+    probe_row(
+        &mut t,
+        &format!("{} B append + fdatasync", synced::RECORD),
+        &s.append,
+    );
+    doc.table(&t);
+
+    let limit = s.limit.as_ref().ok().map(|p| p.p50);
+    let mut t = Table::new(&[
+        "workload",
+        "(a) valet ops/s",
+        "(c) stock ops/s",
+        "(a)/(c)",
+        "(a) P50",
+        "(c) P50",
+        "(d) native P50",
+        "limit P50",
+        "(a) P50 / limit",
+        "target",
+        "verdict",
+    ]);
+    let mut lines = Vec::new();
+    for row in r
+        .rows
+        .iter()
+        .filter(|row| row.workload.label == "leveldb sync")
+    {
+        for name in workload_names(row) {
+            let m = |c| measurement(row, c, name);
+            let ops = |c| m(c).map(Measurement::ops_per_sec);
+            let p50 = |c| m(c).and_then(|m| m.percentiles).map(|p| p.p50);
+            let (a, stock) = (ops(Config::Placed), ops(Config::Stock));
+            let vs_stock = a.zip(stock).map(|(a, s)| a / s);
+            let vs_limit = p50(Config::Placed).zip(limit).map(|(a, l)| a / l);
+            let met = vs_stock
+                .zip(vs_limit)
+                .map(|(s, l)| s >= 1.0 && l <= LIMIT_P50);
+            t.row(vec![
+                name.to_string(),
+                num(a),
+                num(stock),
+                ratio(vs_stock),
+                num(p50(Config::Placed)),
+                num(p50(Config::Stock)),
+                num(p50(Config::Native)),
+                num(limit),
+                ratio(vs_limit),
+                format!("≥ 1.0× stock ops/s, P50 ≤ {LIMIT_P50}× limit"),
+                verdict(met).into(),
+            ]);
+            lines.push(format!(
+                "LevelDB `--sync 1` {name}: {} stock's ops/s ({}) and P50 {} the one-flush \
+                 limit ({}): {}.",
+                if vs_stock.is_some_and(|v| v >= 1.0) {
+                    "at least"
+                } else {
+                    "below"
+                },
+                ratio(vs_stock),
+                if vs_limit.is_some_and(|v| v <= LIMIT_P50) {
+                    format!("within {:.0} % of", (LIMIT_P50 - 1.0) * 100.0)
+                } else {
+                    format!("more than {:.0} % above", (LIMIT_P50 - 1.0) * 100.0)
+                },
+                ratio(vs_limit),
+                verdict(met)
+            ));
+        }
+    }
+    if t.is_empty() {
+        doc.paragraph("No LevelDB `--sync 1` rows to compare with the limit.");
+    } else {
+        doc.table(&t);
+        doc.list(&lines);
+    }
+
+    doc.paragraph(&format!(
+        "Grouped syncs: {w} writers, each appending {rec} B records to its own file with an \
+         fsync after each (`{g}`; `{tg}` for the threads), all started at the same wall-clock \
+         instant and run for {secs} s. Aggregate = the sum of the writers' own rates. Stock \
+         wasmtime 48 has no wasi-threads, so the threaded guest is held against the same {w} \
+         writers as stock processes. The native threads use `fdatasync`; latencies in µs \
+         (P50: median of the writers'; P99, P99.99: the worst writer's).",
+        w = synced::WRITERS,
+        rec = synced::RECORD,
+        g = synced::GUEST,
+        tg = synced::THREADS_GUEST,
+        secs = synced::seconds(r.scale),
+    ));
+    let mut t = Table::new(&[
+        "run",
+        "aggregate syncs/s",
+        "per writer (min–max)",
+        "P50",
+        "P99",
+        "P99.99",
+        "latest start (ms)",
+    ]);
+    for (kind, g) in &s.groups {
+        match g {
+            Ok(g) => {
+                let (lo, hi) = g.spread();
+                t.row(vec![
+                    kind.label(),
+                    num(Some(g.aggregate())),
+                    format!("{}–{}", num(Some(lo)), num(Some(hi))),
+                    num(Some(g.p50())),
+                    num(Some(g.p99())),
+                    num(Some(g.p9999())),
+                    num(Some(g.late_ms())),
+                ]);
+            }
+            Err(e) => t.row(vec![kind.label(), format!("failed: {e}")]),
+        }
+    }
+    doc.table(&t);
+    let agg = |k| s.group(k).map(synced::Group::aggregate);
+    let stock = agg(Kind::StockProcesses);
+    let native = agg(Kind::NativeThreads);
+    let lines: Vec<String> = [Kind::ValetTenants, Kind::ValetThreads]
+        .into_iter()
+        .map(|k| {
+            let v = agg(k).zip(stock).map(|(v, s)| v / s);
+            format!(
+                "{}: {} stock's {} processes' aggregate ({} native threads'); target ≥ \
+                 {GROUPED}×: {}.",
+                k.label(),
+                ratio(v),
+                synced::WRITERS,
+                ratio(agg(k).zip(native).map(|(v, n)| v / n)),
+                verdict(v.map(|v| v >= GROUPED))
+            )
+        })
+        .collect();
+    doc.list(&lines);
 }
 
 fn device(r: &Results, doc: &mut Doc) {
