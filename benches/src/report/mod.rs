@@ -166,6 +166,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     let tenants = tenant_pair(scale)
         .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
         .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+    eprintln!("report: one-flush limit and 430 B append + fdatasync, again");
+    let (limit_again, append_again) = synced::probes(&runner.work, scale);
     let groups = synced::groups(&runner, scale);
     let results = Results {
         scale,
@@ -178,6 +180,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         synced: synced::Synced {
             limit,
             append,
+            limit_again,
+            append_again,
             groups,
         },
         zone_maps,

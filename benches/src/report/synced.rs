@@ -281,21 +281,47 @@ impl Kind {
     }
 }
 
+/// Every round of one kind of grouped-sync run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rounds(pub Vec<Group>);
+
+impl Rounds {
+    /// The round with the median aggregate (the lower middle one of an even count).
+    pub fn median(&self) -> Option<&Group> {
+        let mut v: Vec<&Group> = self.0.iter().collect();
+        v.sort_by(|a, b| a.aggregate().total_cmp(&b.aggregate()));
+        v.get(v.len().saturating_sub(1) / 2).copied()
+    }
+}
+
 /// Everything this module measures.
 pub struct Synced {
     /// The one-flush limit, measured right after the LevelDB `--sync 1` runs.
     pub limit: Result<Probe, String>,
     /// 430 B append + fdatasync, measured with the limit.
     pub append: Result<Probe, String>,
-    pub groups: Vec<(Kind, Result<Group, String>)>,
+    /// Both again, right before the grouped-sync runs (how much the disk drifted).
+    pub limit_again: Result<Probe, String>,
+    pub append_again: Result<Probe, String>,
+    pub groups: Vec<(Kind, Result<Rounds, String>)>,
 }
 
 impl Synced {
+    /// The median round of `kind`.
     pub fn group(&self, kind: Kind) -> Option<&Group> {
         self.groups
             .iter()
             .find(|(k, _)| *k == kind)
             .and_then(|(_, g)| g.as_ref().ok())
+            .and_then(Rounds::median)
+    }
+}
+
+/// Rounds of every grouped-sync run at `scale` (the kinds alternate within a round).
+pub fn rounds(scale: Scale) -> usize {
+    match scale {
+        Scale::Small => 3,
+        Scale::Full => 2,
     }
 }
 
@@ -430,46 +456,61 @@ fn native_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
     Ok(Group { writers })
 }
 
-/// The grouped-sync runs (those whose guest was built).
-pub fn groups(runner: &Runner, scale: Scale) -> Vec<(Kind, Result<Group, String>)> {
-    let secs = seconds(scale);
-    let zones = scale.zones();
-    let one = valet_guests::wasm(GUEST);
-    let threads = valet_guests::wasm(THREADS_GUEST);
-    let mut out = Vec::new();
-    for kind in Kind::ALL {
-        let wasm = match kind {
-            Kind::ValetThreads => threads,
-            Kind::NativeThreads => Some(""),
-            _ => one,
-        };
-        let Some(wasm) = wasm else {
-            out.push((kind, Err("guest not built".to_string())));
-            continue;
-        };
-        eprintln!("report: synced appends, {}", kind.label());
-        let r = match kind {
-            Kind::ValetOne => {
-                let start = SystemTime::now() + LEAD;
-                runner
-                    .guest(wasm, "default", guest_args("one", secs, start, 1), zones)
-                    .and_then(|o| group_of(o, 1))
+/// The grouped-sync runs (those whose guest was built), [`rounds`] of each, the kinds
+/// taking turns so that a slow spell of the disk does not fall on one kind alone.
+pub fn groups(runner: &Runner, scale: Scale) -> Vec<(Kind, Result<Rounds, String>)> {
+    let mut out: Vec<(Kind, Result<Rounds, String>)> = Kind::ALL
+        .iter()
+        .map(|k| (*k, Ok(Rounds(Vec::new()))))
+        .collect();
+    for round in 0..rounds(scale) {
+        for (kind, slot) in out.iter_mut() {
+            let Ok(rounds) = slot else { continue };
+            eprintln!(
+                "report: synced appends, {}, round {}",
+                kind.label(),
+                round + 1
+            );
+            match group(runner, scale, *kind) {
+                Ok(g) => rounds.0.push(g),
+                Err(e) => *slot = Err(e),
             }
-            Kind::ValetTenants => valet_tenants(runner, wasm, secs, zones),
-            Kind::ValetThreads => {
-                let start = SystemTime::now() + LEAD;
-                let args = guest_args("th", secs, start, WRITERS);
-                runner
-                    .guest(wasm, "default", args, zones)
-                    .and_then(|o| group_of(o, WRITERS))
-            }
-            Kind::StockOne => stock_processes(runner, wasm, secs, 1),
-            Kind::StockProcesses => stock_processes(runner, wasm, secs, WRITERS),
-            Kind::NativeThreads => native_threads(&runner.work, secs, WRITERS),
-        };
-        out.push((kind, r));
+        }
     }
     out
+}
+
+/// One run of `kind`.
+fn group(runner: &Runner, scale: Scale, kind: Kind) -> Result<Group, String> {
+    let secs = seconds(scale);
+    let zones = scale.zones();
+    let wasm = match kind {
+        Kind::ValetThreads => valet_guests::wasm(THREADS_GUEST),
+        Kind::NativeThreads => Some(""),
+        _ => valet_guests::wasm(GUEST),
+    };
+    let Some(wasm) = wasm else {
+        return Err("guest not built".to_string());
+    };
+    match kind {
+        Kind::ValetOne => {
+            let start = SystemTime::now() + LEAD;
+            runner
+                .guest(wasm, "default", guest_args("one", secs, start, 1), zones)
+                .and_then(|o| group_of(o, 1))
+        }
+        Kind::ValetTenants => valet_tenants(runner, wasm, secs, zones),
+        Kind::ValetThreads => {
+            let start = SystemTime::now() + LEAD;
+            let args = guest_args("th", secs, start, WRITERS);
+            runner
+                .guest(wasm, "default", args, zones)
+                .and_then(|o| group_of(o, WRITERS))
+        }
+        Kind::StockOne => stock_processes(runner, wasm, secs, 1),
+        Kind::StockProcesses => stock_processes(runner, wasm, secs, WRITERS),
+        Kind::NativeThreads => native_threads(&runner.work, secs, WRITERS),
+    }
 }
 
 #[cfg(test)]
@@ -494,6 +535,30 @@ sync_append broken: records x
         assert_eq!(g.p50(), 401.2);
         assert_eq!(g.p9999(), 3000.0);
         assert_eq!(g.spread(), (1000.0, 1999.3));
+    }
+
+    #[test]
+    fn median_round() {
+        let w = |rate: f64| Writer {
+            name: "w".into(),
+            records: 1,
+            secs: 1.0,
+            ops_per_sec: rate,
+            p50: 1.0,
+            p99: 1.0,
+            p9999: 1.0,
+            late_ms: 0.0,
+        };
+        let g = |rate| Group {
+            writers: vec![w(rate)],
+        };
+        let r = Rounds(vec![g(30.0), g(10.0), g(20.0)]);
+        assert_eq!(r.median().unwrap().aggregate(), 20.0);
+        assert_eq!(
+            Rounds(vec![g(30.0), g(10.0)]).median().unwrap().aggregate(),
+            10.0
+        );
+        assert!(Rounds(Vec::new()).median().is_none());
     }
 
     #[test]
