@@ -11,13 +11,21 @@
 //! data_start zone i at data_start + i * zone_stride (zone size rounded up to 4 KiB)
 //! ```
 //!
-//! `sync` writes the zone table (when it changed) into the older copy with the next sequence
-//! number, then issues one fdatasync. A crash during that fdatasync can tear only the copy
-//! being written, never the one the previous completed sync left; open takes the newest
-//! copy whose checksum holds and reports through [`ImageDevice::recovery_note`] when it had
-//! to fall back to the older one. Within the one fdatasync the file system may persist the
-//! table before the data it describes, so after a crash *during* a sync a write pointer can
-//! cover blocks that read as zeros; callers checksum what they need to trust.
+//! `sync` issues one fdatasync, writing the zone table first into the older copy with the
+//! next sequence number only when a zone was reset, finished or faulted since the last
+//! table write. Write pointers that only moved forward are not written: a small synced
+//! write (a journal record) then costs one page, not two. So after a crash a write pointer
+//! may lag behind data that was synced; the store finds where its zones really end from its
+//! journal ([`ZonedDevice::lazy_write_pointers`], [`ZonedDevice::read_unwritten`],
+//! [`ZonedDevice::restore_write_pointer`]). Dropping the device writes the table when it
+//! differs, so a clean close leaves exact write pointers.
+//!
+//! A crash during a table write can tear only the copy being written, never the one the
+//! previous table write left; open takes the newest copy whose checksum holds and reports
+//! through [`ImageDevice::recovery_note`] when it had to fall back to the older one. Within
+//! the one fdatasync the file system may persist the table before the data it describes, so
+//! after a crash *during* a sync a write pointer can cover blocks that read as zeros;
+//! callers checksum what they need to trust.
 //!
 //! The image is sparse, and a write into a hole makes the host file system allocate blocks,
 //! so the fdatasync after it must also commit that allocation: on ext4 a small synced write
@@ -181,6 +189,9 @@ pub struct ImageDevice {
     syncs: AtomicU64,
     note: Option<String>,
     filler: Filler,
+    /// Tests: drop as a crash would.
+    #[cfg(test)]
+    abandoned: Mutex<bool>,
 }
 
 /// What the device and its filler thread share.
@@ -237,10 +248,10 @@ impl Filler {
     }
 }
 
-impl Drop for ImageDevice {
+impl Drop for Filler {
     fn drop(&mut self) {
-        self.filler.wake = None;
-        if let Some(thread) = self.filler.thread.take() {
+        self.wake = None;
+        if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
@@ -456,7 +467,15 @@ impl ImageDevice {
             sync_lock: Mutex::new(()),
             syncs: AtomicU64::new(0),
             note,
+            #[cfg(test)]
+            abandoned: Mutex::new(false),
         }
+    }
+
+    /// Drops the device the way a crash would: without writing the zone table (for tests).
+    #[cfg(test)]
+    fn abandon(self) {
+        *self.abandoned.lock().unwrap() = true;
     }
 
     /// Waits until the fill-ahead asked for by every sync so far is done (for tests).
@@ -496,6 +515,28 @@ impl ImageDevice {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.core.lock()
+    }
+
+    /// Writes the zone table into the older copy if it changed, or with `lazy` only if it
+    /// changed in a way recovery could not redo: a reset, a finish, a fault. Write pointers
+    /// that merely moved forward are found again from the store's journal after a crash.
+    /// The caller holds `sync_lock` and syncs afterwards.
+    fn write_table(&self, lazy: bool) -> Result<(), DeviceError> {
+        let mut st = self.lock();
+        let entries = st.table.persistent_entries();
+        if entries == st.persisted || (lazy && only_advanced(&st.persisted, &entries)) {
+            return Ok(());
+        }
+        let slot = 1 - st.newest_slot;
+        let seq = st.seq + 1;
+        let bytes = encode_slot(&self.core.layout, seq, &entries);
+        self.core
+            .engine
+            .write_at(&bytes, self.core.layout.slot_offset(slot))?;
+        st.persisted = entries;
+        st.newest_slot = slot;
+        st.seq = seq;
+        Ok(())
     }
 
     /// Gives a reset zone's blocks back to the file system; space only, so a file system
@@ -594,6 +635,46 @@ impl ZonedDevice for ImageDevice {
         Ok(())
     }
 
+    fn lazy_write_pointers(&self) -> bool {
+        true
+    }
+
+    fn read_unwritten(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let capacity = self.core.layout.geometry.zone_capacity;
+        let info = self.zone_info(zone)?;
+        if info.state == ZoneState::Offline {
+            return Err(DeviceError::InvalidState {
+                zone,
+                state: info.state,
+                op: "read",
+            });
+        }
+        match offset.checked_add(buf.len() as u64) {
+            Some(end) if end <= capacity => {}
+            _ => {
+                return Err(DeviceError::ZoneBoundary {
+                    zone,
+                    offset,
+                    len: buf.len() as u64,
+                })
+            }
+        }
+        self.core
+            .engine
+            .read_at(buf, self.core.layout.zone_start(zone) + offset)?;
+        Ok(())
+    }
+
+    fn restore_write_pointer(&self, zone: ZoneId, wp: u64) -> Result<(), DeviceError> {
+        let mut st = self.lock();
+        if st.table.restore_write_pointer(zone, wp)? {
+            // Blocks up to the restored pointer are written; the filler prepares past it.
+            let prepared = &mut st.prepared[zone as usize];
+            *prepared = (*prepared).max(wp);
+        }
+        Ok(())
+    }
+
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
         let mut st = self.lock();
         let old_wp = st.table.reset(zone)?;
@@ -619,21 +700,7 @@ impl ZonedDevice for ImageDevice {
 
     fn sync(&self) -> Result<(), DeviceError> {
         let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
-        {
-            let mut st = self.lock();
-            let entries = st.table.persistent_entries();
-            if entries != st.persisted {
-                let slot = 1 - st.newest_slot;
-                let seq = st.seq + 1;
-                let bytes = encode_slot(&self.core.layout, seq, &entries);
-                self.core
-                    .engine
-                    .write_at(&bytes, self.core.layout.slot_offset(slot))?;
-                st.persisted = entries;
-                st.newest_slot = slot;
-                st.seq = seq;
-            }
-        }
+        self.write_table(true)?;
         if let Err(e) = self.core.engine.sync_data() {
             // The kernel may have dropped the dirty table pages: write it again next time.
             self.lock().persisted.clear();
@@ -643,6 +710,36 @@ impl ZonedDevice for ImageDevice {
         self.filler.wake();
         Ok(())
     }
+}
+
+impl Drop for ImageDevice {
+    /// A clean close leaves exact write pointers, so tools that read the table without the
+    /// store's recovery see the truth. Best effort: recovery does not depend on it.
+    fn drop(&mut self) {
+        #[cfg(test)]
+        if *self.abandoned.lock().unwrap() {
+            return;
+        }
+        let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.lock().seq;
+        if self.write_table(false).is_ok() && self.lock().seq != before {
+            let _ = self.core.engine.sync_data();
+        }
+    }
+}
+
+/// Whether the table changed from `old` to `new` only by write pointers moving forward
+/// within zones that stay partly written (Empty or Closed becoming Closed): what recovery
+/// redoes. A zone that fills is written at once, so that recovery never has to guess
+/// whether a zone was full (and holds no active resource).
+fn only_advanced(old: &[(ZoneState, u64)], new: &[(ZoneState, u64)]) -> bool {
+    old.len() == new.len()
+        && old.iter().zip(new).all(|(&(os, owp), &(ns, nwp))| {
+            (os, owp) == (ns, nwp)
+                || (nwp > owp
+                    && matches!(os, ZoneState::Empty | ZoneState::Closed)
+                    && ns == ZoneState::Closed)
+        })
 }
 
 fn bad(path: &Path, why: impl Into<String>) -> DeviceError {
@@ -996,7 +1093,44 @@ mod tests {
     }
 
     #[test]
-    fn unsynced_changes_are_not_persisted() {
+    fn a_crash_leaves_write_pointers_at_the_last_table_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        {
+            let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+            d.write(0, 0, &block(1)).unwrap();
+            d.finish(1).unwrap();
+            d.sync().unwrap(); // a finish: the table is written (zone 0 at one block)
+            d.write(0, BS as u64, &block(2)).unwrap();
+            d.sync().unwrap(); // only a write pointer moved: no table write
+            d.write(0, 2 * BS as u64, &block(3)).unwrap();
+            d.abandon();
+        }
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        assert!(d.lazy_write_pointers());
+        assert_eq!(d.zone_info(0).unwrap().write_pointer, BS as u64);
+        assert_eq!(d.zone_info(1).unwrap().state, ZoneState::Full);
+        // The synced block past the pointer is there for recovery to find...
+        let mut buf = vec![0; BS];
+        assert!(d.read(0, BS as u64, &mut buf).is_err());
+        d.read_unwritten(0, BS as u64, &mut buf).unwrap();
+        assert_eq!(buf, block(2));
+        assert!(d.read_unwritten(0, 6 * BS as u64, &mut buf).is_err());
+        // ...which moves the pointer forward, never back.
+        d.restore_write_pointer(0, 2 * BS as u64).unwrap();
+        d.restore_write_pointer(0, BS as u64).unwrap();
+        let z = d.zone_info(0).unwrap();
+        assert_eq!(
+            (z.state, z.write_pointer),
+            (ZoneState::Closed, 2 * BS as u64)
+        );
+        d.read(0, BS as u64, &mut buf).unwrap();
+        d.write(0, 2 * BS as u64, &block(4)).unwrap();
+        assert!(d.restore_write_pointer(1, BS as u64).is_ok()); // Full: already past
+    }
+
+    #[test]
+    fn a_clean_close_persists_exact_write_pointers() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dev.img");
         {
@@ -1006,7 +1140,29 @@ mod tests {
             d.write(0, BS as u64, &block(1)).unwrap();
         }
         let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
-        assert_eq!(d.zone_info(0).unwrap().write_pointer, BS as u64);
+        assert_eq!(d.zone_info(0).unwrap().write_pointer, 2 * BS as u64);
+    }
+
+    #[test]
+    fn restoring_past_the_active_limit_finishes_the_zone() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = ImageDevice::create(dir.path().join("i"), geo(), opts(IoMode::Sync)).unwrap();
+        // geo() allows three active zones.
+        for zone in 0..3 {
+            d.restore_write_pointer(zone, BS as u64).unwrap();
+            assert_eq!(d.zone_info(zone).unwrap().state, ZoneState::Closed);
+        }
+        d.restore_write_pointer(3, BS as u64).unwrap();
+        let z = d.zone_info(3).unwrap();
+        assert_eq!((z.state, z.write_pointer), (ZoneState::Full, 6 * BS as u64));
+        assert!(
+            d.restore_write_pointer(0, BS as u64 + 3).is_err(),
+            "unaligned"
+        );
+        assert!(
+            d.restore_write_pointer(0, 7 * BS as u64).is_err(),
+            "past capacity"
+        );
     }
 
     #[test]
@@ -1036,27 +1192,37 @@ mod tests {
     }
 
     #[test]
-    fn sync_writes_the_table_only_when_it_changed() {
+    fn sync_writes_the_table_only_when_recovery_could_not_redo_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("i");
         let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
-        d.sync().unwrap();
-        assert_eq!(d.lock().seq, 1);
-        d.open(0).unwrap(); // open / close do not change what is persisted
-        d.sync().unwrap();
-        assert_eq!(d.lock().seq, 1);
-        d.write(0, 0, &block(1)).unwrap();
-        d.sync().unwrap();
-        d.sync().unwrap();
         let slot = |d: &ImageDevice| {
             let st = d.lock();
             (st.seq, st.newest_slot)
         };
-        assert_eq!(slot(&d), (2, 1));
+        d.sync().unwrap();
+        assert_eq!(slot(&d), (1, 0));
+        d.open(0).unwrap(); // open / close do not change what is persisted
+        d.sync().unwrap();
+        d.write(0, 0, &block(1)).unwrap(); // write pointers moving forward: not written
+        d.sync().unwrap();
         d.write(0, BS as u64, &block(1)).unwrap();
         d.sync().unwrap();
+        assert_eq!(slot(&d), (1, 0));
+        d.finish(3).unwrap();
+        d.sync().unwrap();
+        assert_eq!(slot(&d), (2, 1));
+        d.write(0, 2 * BS as u64, &block(1)).unwrap();
+        d.sync().unwrap();
+        assert_eq!(slot(&d), (2, 1));
+        d.reset(0).unwrap();
+        d.sync().unwrap();
+        d.sync().unwrap();
         assert_eq!(slot(&d), (3, 0));
-        assert_eq!(d.sync_count(), 5);
+        d.write(1, 0, &vec![1; 6 * BS]).unwrap(); // a zone filling
+        d.sync().unwrap();
+        assert_eq!(slot(&d), (4, 1));
+        assert_eq!(d.sync_count(), 9);
     }
 
     #[test]
@@ -1263,10 +1429,11 @@ mod tests {
         let layout = Layout::new(geo()).unwrap();
         {
             let d = ImageDevice::create(&p, geo(), opts(IoMode::Sync)).unwrap();
-            d.write(0, 0, &block(1)).unwrap();
+            d.finish(0).unwrap();
             d.sync().unwrap(); // copy B, sequence 2
-            d.write(0, BS as u64, &block(1)).unwrap();
+            d.finish(1).unwrap();
             d.sync().unwrap(); // copy A, sequence 3
+            d.abandon();
         }
         flip(&p, layout.slot_offset(0) + SLOT_HEAD as u64 + 2);
         {
@@ -1276,14 +1443,16 @@ mod tests {
                 note.contains("copy A") && note.contains("using copy B"),
                 "{note}"
             );
-            assert_eq!(d.zone_info(0).unwrap().write_pointer, BS as u64);
-            // The next sync overwrites the damaged copy.
-            d.write(0, BS as u64, &block(2)).unwrap();
+            assert_eq!(d.zone_info(0).unwrap().state, ZoneState::Full);
+            assert_eq!(d.zone_info(1).unwrap().state, ZoneState::Empty);
+            // The next table write overwrites the damaged copy.
+            d.finish(2).unwrap();
             d.sync().unwrap();
+            d.abandon();
         }
         let d = ImageDevice::open(&p, opts(IoMode::Sync)).unwrap();
         assert!(d.recovery_note().is_none());
-        assert_eq!(d.zone_info(0).unwrap().write_pointer, 2 * BS as u64);
+        assert_eq!(d.zone_info(2).unwrap().state, ZoneState::Full);
         drop(d);
         // Both copies damaged: refused.
         flip(&p, layout.slot_offset(0) + 40);

@@ -219,4 +219,34 @@ pub trait ZonedDevice: Send + Sync {
 
     /// Makes every completed write, reset and finish durable (a device cache flush).
     fn sync(&self) -> Result<(), DeviceError>;
+
+    /// Whether a sync may leave write pointers behind the data it made durable. A drive keeps
+    /// its write pointers itself; the image device writes its zone table only when a zone is
+    /// reset, finished or faulted, so that a small synced write costs one page, and after a
+    /// crash the store finds where its zones really end from its journal (see
+    /// [`ZonedDevice::read_unwritten`] and [`ZonedDevice::restore_write_pointer`]).
+    fn lazy_write_pointers(&self) -> bool {
+        false
+    }
+
+    /// Recovery only: reads like [`ZonedDevice::read`] but may go past the write pointer (up
+    /// to the zone capacity) on a device with lazy write pointers. Elsewhere it is `read`.
+    fn read_unwritten(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.read(zone, offset, buf)
+    }
+
+    /// Recovery only: the data of `zone` is known to reach `wp` (the store's journal says
+    /// so). A device with lazy write pointers moves the pointer forward; any other device
+    /// must already be there, or it lost synced data.
+    fn restore_write_pointer(&self, zone: ZoneId, wp: u64) -> Result<(), DeviceError> {
+        let info = self.zone_info(zone)?;
+        if wp <= info.write_pointer {
+            return Ok(());
+        }
+        Err(DeviceError::ReadPastWritePointer {
+            zone,
+            offset: info.write_pointer,
+            len: wp - info.write_pointer,
+        })
+    }
 }

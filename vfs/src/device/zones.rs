@@ -302,6 +302,42 @@ impl ZoneTable {
         Ok(())
     }
 
+    /// Recovery on a device whose write pointers persist lazily: moves the write pointer of
+    /// a zone forward to `wp`, where data written and synced before a crash is known to end.
+    /// The zone comes back Closed (Full at capacity), as any partly written zone after a
+    /// restart. Returns whether it moved. Should the zone not fit the active-zone limit (a
+    /// zone finished just before the crash, its finish not yet persisted, still counts as
+    /// active), it is finished instead: its data stays readable, its rest unused.
+    pub fn restore_write_pointer(&mut self, zone: ZoneId, wp: u64) -> Result<bool, DeviceError> {
+        let z = *self.zone(zone)?;
+        if wp <= z.write_pointer {
+            return Ok(false);
+        }
+        let g = self.geometry;
+        if wp % g.block_size as u64 != 0 || wp > g.zone_capacity {
+            return Err(DeviceError::ZoneBoundary {
+                zone,
+                offset: z.write_pointer,
+                len: wp - z.write_pointer,
+            });
+        }
+        match z.state {
+            ZoneState::Empty | ZoneState::Closed => {}
+            s => return Err(invalid(zone, s, "restore write pointer")),
+        }
+        let full =
+            wp == g.zone_capacity || (z.state == ZoneState::Empty && self.active >= g.max_active);
+        let i = zone as usize;
+        if full {
+            self.set_state(i, ZoneState::Full);
+            self.zones[i].write_pointer = g.zone_capacity;
+        } else {
+            self.set_state(i, ZoneState::Closed);
+            self.zones[i].write_pointer = wp;
+        }
+        Ok(true)
+    }
+
     /// Takes back a write that [`ZoneTable::commit_write`] admitted but whose data never
     /// landed (the host write failed), if nothing was admitted after it.
     pub fn undo_write(&mut self, zone: ZoneId, offset: u64, len: u64) {

@@ -77,6 +77,8 @@ fn decode_header(b: &[u8]) -> Option<Header> {
 /// The valid records of a metadata zone, up to the first torn one.
 pub struct ZoneRecords {
     pub records: Vec<Record>,
+    /// Where the valid records end (the zone's real write pointer as far as they tell).
+    pub end: u64,
     /// A record failed its checks but a valid later one follows: damage, not a torn tail.
     pub damaged_at: Option<u64>,
 }
@@ -84,26 +86,42 @@ pub struct ZoneRecords {
 /// Reads the valid records of a metadata zone, stopping at the first torn or foreign one.
 /// Only the end of the journal can be torn by a crash, so a valid record found after the
 /// stopping point means the journal was damaged.
+///
+/// On a device with lazy write pointers the records synced last may lie past the zone's
+/// write pointer: reading goes on past it as long as the records continue the sequence.
+/// Nothing else can be there, since a metadata zone is reset (emptied) before it is reused.
 pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> {
-    let bs = device.geometry().block_size as u64;
+    let geometry = device.geometry();
+    let bs = geometry.block_size as u64;
     let wp = device.zone_info(zone)?.write_pointer;
-    let mut records = Vec::new();
+    let limit = match device.lazy_write_pointers() {
+        true => geometry.zone_capacity,
+        false => wp,
+    };
+    let mut records: Vec<Record> = Vec::new();
     let mut pos = 0u64;
     let mut block = vec![0u8; bs as usize];
-    while pos + bs <= wp {
-        device.read(zone, pos, &mut block)?;
+    while pos + bs <= limit {
+        device.read_unwritten(zone, pos, &mut block)?;
         let Some(h) = decode_header(&block) else {
             break;
         };
+        let continues = match records.last() {
+            None => h.kind == RecordKind::Checkpoint,
+            Some(last) => h.kind == RecordKind::Transaction && h.seq == last.seq + 1,
+        };
+        if pos >= wp && !continues {
+            break;
+        }
         let total = (HEADER_LEN as u64 + h.payload_len).div_ceil(bs) * bs;
-        if pos + total > wp {
+        if pos + total > limit {
             break;
         }
         let mut payload = vec![0u8; h.payload_len as usize];
         let first = (bs as usize - HEADER_LEN).min(payload.len());
         payload[..first].copy_from_slice(&block[HEADER_LEN..HEADER_LEN + first]);
         if payload.len() > first {
-            device.read(zone, pos + bs, &mut payload[first..])?;
+            device.read_unwritten(zone, pos + bs, &mut payload[first..])?;
         }
         if crc32c::crc32c(&payload) != h.payload_crc {
             break;
@@ -129,6 +147,7 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
     }
     Ok(ZoneRecords {
         records,
+        end: pos,
         damaged_at,
     })
 }
@@ -262,6 +281,8 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut unreadable: Option<ZoneId> = None;
     for (i, zone) in META_ZONES.iter().enumerate() {
         let read = read_zone(device, *zone)?;
+        // Records synced past a lazily kept write pointer: the pointer goes to their end.
+        device.restore_write_pointer(*zone, read.end)?;
         if let Some(at) = read.damaged_at {
             let what = if at == 0 {
                 "its checkpoint".to_string()

@@ -84,6 +84,9 @@ pub(super) fn mount(
             (state, journal)
         }
     };
+    if device.lazy_write_pointers() {
+        restore_data_write_pointers(&state, &*device)?;
+    }
     let report = device.report_zones();
     let cap_blocks = geometry.blocks_per_zone();
     // Every extent must lie below its zone's write pointer.
@@ -181,6 +184,28 @@ fn format(device: &Arc<dyn ZonedDevice>) -> Result<(State, Journal)> {
     Ok((state, Journal::new(device.clone(), 1, 1)))
 }
 
+/// On a device with lazy write pointers, moves each data zone's write pointer to the end of
+/// the data the journal maps there (synced before the crash, or the journal would not name
+/// it). Zones that end full go first, so that they take no active-zone resource.
+fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Result<()> {
+    let geometry = device.geometry();
+    let bs = geometry.block_size as u64;
+    let mut ends: HashMap<u32, u64> = HashMap::new();
+    for inode in state.inodes.values() {
+        for (_, ext) in inode.extents.iter() {
+            let end = (ext.block as u64 + ext.len as u64) * bs;
+            let known = ends.entry(ext.zone).or_default();
+            *known = (*known).max(end);
+        }
+    }
+    let mut ends: Vec<(u32, u64)> = ends.into_iter().collect();
+    ends.sort_by_key(|&(zone, end)| (end != geometry.zone_capacity, zone));
+    for (zone, end) in ends {
+        device.restore_write_pointer(zone, end)?;
+    }
+    Ok(())
+}
+
 /// Whether the new extents of the newest transaction reached the device intact.
 fn reached_device(after: &State, ops: &[MetaOp], device: &dyn ZonedDevice) -> Result<bool> {
     let bs = device.geometry().block_size as u64;
@@ -193,11 +218,12 @@ fn reached_device(after: &State, ops: &[MetaOp], device: &dyn ZonedDevice) -> Re
             continue;
         }
         let end = (extent.block as u64 + extent.len as u64) * bs;
-        if device.zone_info(extent.zone)?.write_pointer < end {
+        let lazy = device.lazy_write_pointers();
+        if !lazy && device.zone_info(extent.zone)?.write_pointer < end {
             return Ok(false);
         }
         let mut data = vec![0u8; (extent.len as u64 * bs) as usize];
-        device.read(extent.zone, extent.block as u64 * bs, &mut data)?;
+        device.read_unwritten(extent.zone, extent.block as u64 * bs, &mut data)?;
         if crc32c::crc32c(&data) != *crc {
             return Ok(false);
         }
