@@ -71,6 +71,10 @@ pub struct Stats {
     /// Full buffers written by the background writer instead of the guest's call.
     #[serde(default)]
     pub background_flushes: u64,
+    /// fsync/fdatasync calls whose small tail went into the journal record instead of a
+    /// data block.
+    #[serde(default)]
+    pub inline_syncs: u64,
     /// device_bytes / host_bytes (1.0 when nothing was written).
     pub waf: f64,
     /// (device_bytes + meta_bytes) / host_bytes.

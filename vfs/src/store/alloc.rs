@@ -163,6 +163,9 @@ impl Inner {
         if self.seal_pending.iter().any(|&s| s) {
             return Ok(Err(Need::InFlight));
         }
+        if let Some(r) = self.borrow_head(key, want) {
+            return Ok(Ok(self.reserve(r)));
+        }
         let live = self.state.zones.total_valid() * self.state.block_size();
         Err(Error::NoSpace(format!(
             "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
@@ -190,6 +193,27 @@ impl Inner {
         debug_assert_eq!(self.wp[r.zone as usize], r.block as u64);
         self.wp[r.zone as usize] += r.blocks as u64;
         r
+    }
+
+    /// The last resort before ENOSPC: room in the open zone of another stream of the same
+    /// tenant (tenants never share a zone). Mixing lifetimes there costs GC work later;
+    /// refusing a write whose data fits the device would cost the application now.
+    fn borrow_head(&mut self, key: StreamKey, want: u32) -> Option<Reserved> {
+        let cap = self.blocks_per_zone();
+        let (zone, wp) = self
+            .heads
+            .iter()
+            .filter(|(k, _)| **k != key && k.tenant == key.tenant)
+            .map(|(_, h)| (h.zone, self.wp[h.zone as usize]))
+            .filter(|&(z, wp)| {
+                wp < cap && !self.fault[z as usize] && !self.seal_pending[z as usize]
+            })
+            .max_by_key(|&(z, wp)| (cap - wp, std::cmp::Reverse(z)))?;
+        Some(Reserved {
+            zone,
+            block: wp as u32,
+            blocks: (cap - wp).min(want as u64) as u32,
+        })
     }
 
     /// The stream's head zone if it can take this hint's data.

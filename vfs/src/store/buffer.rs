@@ -45,12 +45,37 @@ pub struct Window {
     pub buf: Vec<u8>,
     pub start: u64,
     pub len: usize,
+    /// Holds bytes that are not in a data zone yet.
     pub dirty: bool,
+    /// File offset of the first byte written since the window's bytes were last made
+    /// durable (by a flush or an inline sync); `u64::MAX` when there is none.
+    pub unsynced_from: u64,
+    /// Bytes of the window synced inline in the journal so far (see `MetaOp::Inline`).
+    pub inlined: usize,
 }
 
 impl Window {
+    pub fn new(buf: Vec<u8>, start: u64, len: usize) -> Self {
+        Window {
+            buf,
+            start,
+            len,
+            dirty: false,
+            unsynced_from: u64::MAX,
+            inlined: 0,
+        }
+    }
+
     pub fn end(&self) -> u64 {
         self.start + self.len as u64
+    }
+
+    /// Notes a guest write of `[offset, offset + n)` into the window.
+    pub fn wrote(&mut self, offset: u64, n: usize) {
+        let at = (offset - self.start) as usize;
+        self.len = self.len.max(at + n);
+        self.dirty = true;
+        self.unsynced_from = self.unsynced_from.min(offset);
     }
 }
 

@@ -33,6 +33,14 @@ use crate::{Error, Result};
 /// Largest file: keeps file block numbers and offsets far from overflow.
 const MAX_FILE_SIZE: u64 = 1 << 46;
 
+/// Room left in a journal block for the record header and the transaction's other
+/// operations when a sync's tail goes inline.
+const INLINE_HEADROOM: usize = 1024;
+
+/// Inline bytes one window may accumulate before a sync writes it to a data zone: bounds
+/// what a checkpoint must carry along and what a recovery writes back.
+const MAX_INLINE_PER_WINDOW: usize = 64 * 1024;
+
 /// A device read planned under the lock: bytes `[dst, dst + len)` of the caller's buffer
 /// come from `zone` at byte `at`.
 struct DeviceRead {
@@ -95,8 +103,7 @@ impl Store {
                     let at = (pos - w.start) as usize;
                     let n = (data.len() - done).min(buf_size as usize - at);
                     w.buf[at..at + n].copy_from_slice(&data[done..done + n]);
-                    w.len = w.len.max(at + n);
-                    w.dirty = true;
+                    w.wrote(pos, n);
                     let full = w.len == buf_size as usize;
                     of.unreported += n as u64;
                     let inode = inner.state.inode_mut(ino)?;
@@ -157,12 +164,7 @@ impl Store {
         let size = inner.state.inode(ino)?.size;
         // Bytes past the end of file read as zeros, whatever an old block still holds.
         let prefix = (pos.min(size).max(start) - start) as usize;
-        let mut window = Window {
-            buf,
-            start,
-            len: (pos - start) as usize,
-            dirty: false,
-        };
+        let mut window = Window::new(buf, start, (pos - start) as usize);
         window.buf[..window.len].fill(0);
         if prefix > 0 {
             self.set_busy(&mut inner, ino, true);
@@ -372,9 +374,10 @@ impl Store {
             let want = ((total - written) / bs) as u32;
             let r = self.allocate(key, hint, want, false)?;
             let bytes = &buf[written as usize..(written + r.blocks as u64 * bs) as usize];
+            let last = written + r.blocks as u64 * bs == total;
             let recorded = self.write_blocks(r, bytes).and_then(|crc| {
                 let file_block = (start + written) / bs;
-                self.record_piece(ino, r, crc, file_block, written == 0)
+                self.record_piece(ino, r, crc, file_block, written == 0, last)
             });
             self.unpin(r.zone);
             recorded?;
@@ -384,7 +387,9 @@ impl Store {
     }
 
     /// Records one written piece of the front buffer of `ino`, after the file's size when
-    /// it is the first.
+    /// it is the first. With the last piece, the file's inline tails are done: they were
+    /// synced from this buffer's window (a window is synced inline only while nothing of
+    /// the file is queued before it), so its extents now hold them.
     fn record_piece(
         &self,
         ino: Ino,
@@ -392,6 +397,7 @@ impl Store {
         crc: u32,
         file_block: u64,
         first: bool,
+        last: bool,
     ) -> Result<()> {
         let mut inner = self.lock()?;
         if first {
@@ -426,7 +432,11 @@ impl Store {
                 len: r.blocks,
             },
             crc,
-        })
+        })?;
+        if last && inner.state.inline.contains_key(&ino) {
+            inner.record(MetaOp::InlineDone { ino })?;
+        }
+        Ok(())
     }
 
     /// Retires the front buffer of `ino` once all of it is recorded.
@@ -694,6 +704,64 @@ impl Store {
         self.write_queued(ino)
     }
 
+    /// fsync / fdatasync of one file, up to the commit: as [`Store::flush_or_sync_conventional`],
+    /// except that a small unsynced tail of the window goes into the journal record instead
+    /// of a data block (one page per small sync: a log record, a commit). The window keeps
+    /// the bytes and reaches a data zone when it fills, is evicted or the file is closed.
+    pub(super) fn sync_file(&self, ino: Ino) -> Result<()> {
+        let conventional = {
+            let inner = self.lock()?;
+            inner.state.inode(ino)?.hint.class == Class::Conventional
+        };
+        if conventional {
+            return self.with(|inner| inner.sync_conventional(ino));
+        }
+        // What is queued goes first, so the inline bytes are the newest of the file.
+        self.write_queued(ino)?;
+        if self.sync_inline(ino)? {
+            return Ok(());
+        }
+        self.flush_file(ino)
+    }
+
+    /// Records the window's unsynced tail as an inline journal operation if it is small and
+    /// nothing of the file is queued. Returns whether nothing is left to flush for the sync.
+    fn sync_inline(&self, ino: Ino) -> Result<bool> {
+        let mut inner = self.lock_idle(ino)?;
+        let block = inner.state.block_size() as usize;
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        if !of.inflight.is_empty() {
+            return Ok(false);
+        }
+        let Some(w) = of.window.as_mut() else {
+            return Ok(true);
+        };
+        if !w.dirty || w.unsynced_from == u64::MAX {
+            return Ok(true);
+        }
+        let from = (w.unsynced_from - w.start) as usize;
+        let n = w.len - from;
+        // Past these, a data block costs no more than the journal bytes would.
+        if n > block - INLINE_HEADROOM || w.inlined + n > MAX_INLINE_PER_WINDOW {
+            return Ok(false);
+        }
+        let data = w.buf[from..w.len].to_vec();
+        let offset = w.unsynced_from;
+        w.unsynced_from = u64::MAX;
+        w.inlined += n;
+        let inode = inner.state.inode(ino)?;
+        let op = MetaOp::Inline {
+            ino,
+            offset,
+            data,
+            size: inode.size,
+            mtime_ns: inode.mtime_ns,
+        };
+        inner.record(op)?;
+        inner.counters.inline_syncs += 1;
+        Ok(true)
+    }
+
     /// fsync / fdatasync / close of one file, up to the commit: zoned data written and
     /// recorded, conventional bytes synced on the host.
     pub(super) fn flush_or_sync_conventional(&self, ino: Ino) -> Result<()> {
@@ -729,8 +797,7 @@ impl Inner {
         }
         let at = (offset - w.start) as usize;
         w.buf[at..at + data.len()].copy_from_slice(data);
-        w.len = w.len.max(at + data.len());
-        w.dirty = true;
+        w.wrote(offset, data.len());
         of.unreported += data.len() as u64;
         let inode = self.state.inode_mut(ino)?;
         inode.size = inode.size.max(end);
@@ -777,12 +844,7 @@ impl Inner {
             0 => None,
             _ => self.pool.take().map(|mut buf| {
                 buf[..keep].copy_from_slice(&w.buf[skip..skip + keep]);
-                Window {
-                    buf,
-                    start: keep_from,
-                    len: keep,
-                    dirty: false,
-                }
+                Window::new(buf, keep_from, keep)
             }),
         };
         let of = self.open.get_mut(&ino).expect("checked above");

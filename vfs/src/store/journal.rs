@@ -216,14 +216,20 @@ impl Journal {
         Ok(true)
     }
 
-    /// Writes a checkpoint into the other metadata zone and makes it the active one.
+    /// Writes a checkpoint into the other metadata zone and makes it the active one. The
+    /// record holds the snapshot and, after it, `carry`: operations that rebuild what the
+    /// state holds but a snapshot does not (the inline bytes, see [`MetaOp::Inline`]), in
+    /// the same record so that one cannot be durable without the other.
     ///
     /// Everything the checkpoint refers to must already be durable: the caller syncs the
     /// device before (so the data) and after (so the checkpoint). The zone it replaces is
     /// finished once the new checkpoint is durable, see [`Journal::retire_previous`].
-    pub fn checkpoint(&mut self, snapshot: &Snapshot) -> Result<()> {
-        let payload = postcard::to_stdvec(snapshot)
-            .map_err(|e| Error::Corrupt(format!("encoding a checkpoint: {e}")))?;
+    pub fn checkpoint(&mut self, snapshot: &Snapshot, carry: &[MetaOp]) -> Result<()> {
+        let encoding = |e: postcard::Error| Error::Corrupt(format!("encoding a checkpoint: {e}"));
+        let mut payload = postcard::to_stdvec(snapshot).map_err(encoding)?;
+        if !carry.is_empty() {
+            payload.extend(postcard::to_stdvec(carry).map_err(encoding)?);
+        }
         let geometry = self.device.geometry();
         let record = encode(
             RecordKind::Checkpoint,
@@ -264,6 +270,8 @@ impl Journal {
 /// What recovery found in the metadata zones.
 pub struct Recovered {
     pub snapshot: Snapshot,
+    /// Operations the checkpoint carries after its snapshot (applied before the journal).
+    pub carry: Vec<MetaOp>,
     pub transactions: Vec<Vec<MetaOp>>,
     /// Index of the zone (0 or 1) the checkpoint came from.
     pub active: usize,
@@ -326,8 +334,14 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
             )));
         }
     }
-    let snapshot: Snapshot = postcard::from_bytes(&records[0].payload)
-        .map_err(|e| Error::Corrupt(format!("checkpoint does not decode: {e}")))?;
+    let undecodable =
+        |e: postcard::Error| Error::Corrupt(format!("checkpoint does not decode: {e}"));
+    let (snapshot, rest): (Snapshot, &[u8]) =
+        postcard::take_from_bytes(&records[0].payload).map_err(undecodable)?;
+    let carry: Vec<MetaOp> = match rest.is_empty() {
+        true => Vec::new(),
+        false => postcard::from_bytes(rest).map_err(undecodable)?,
+    };
     let mut last_seq = records[0].seq;
     let mut transactions = Vec::new();
     for rec in &records[1..] {
@@ -344,6 +358,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     }
     Ok(Some(Recovered {
         snapshot,
+        carry,
         transactions,
         active,
         last_seq,

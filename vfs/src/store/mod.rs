@@ -216,6 +216,8 @@ struct Counters {
     buffer_wait_ns: u64,
     /// Full buffers handed to the background writer.
     background_flushes: u64,
+    /// Syncs whose tail went inline in the journal.
+    inline_syncs: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -400,7 +402,47 @@ impl Store {
             shared: shared.clone(),
             user: false,
         });
-        Ok(Store { shared, user: true })
+        let store = Store { shared, user: true };
+        store.write_back_inline()?;
+        Ok(store)
+    }
+
+    /// After a crash: writes the synced bytes that only the journal held (inline tails,
+    /// see [`state::MetaOp::Inline`]) into their files, which records them done, and commits.
+    fn write_back_inline(&self) -> Result<()> {
+        let files: Vec<(Ino, state::InlinePieces)> = {
+            let inner = self.lock()?;
+            inner
+                .state
+                .inline
+                .iter()
+                .map(|(&ino, p)| (ino, p.clone()))
+                .collect()
+        };
+        for (ino, pieces) in files {
+            let id = self.with(|inner| {
+                let write = OpenOptions {
+                    write: true,
+                    ..Default::default()
+                };
+                inner.open_handle(ino, write)
+            })?;
+            let handle = FileHandle {
+                store: self.clone(),
+                id,
+                ino,
+            };
+            for (offset, data) in pieces {
+                handle.write_at(&data, offset)?;
+            }
+            handle.close()?;
+        }
+        if let Some(ino) = self.lock()?.state.inline.keys().next() {
+            return Err(Error::Corrupt(format!(
+                "inode {ino}: journaled inline data could not be written back"
+            )));
+        }
+        Ok(())
     }
 
     /// The store's lock. A panic under it may have left the metadata half changed, so a
@@ -485,16 +527,16 @@ impl Store {
                     // from the state exactly as of these operations.
                     let snapshot = match journal.fits(record.len())? {
                         true => None,
-                        false => Some(inner.state.snapshot()),
+                        false => Some((inner.state.snapshot(), inner.state.inline_ops())),
                     };
                     (Some(record), snapshot, resets)
                 }
             };
             let mut syncs = 0;
-            if let Some(snapshot) = snapshot {
+            if let Some((snapshot, inline)) = snapshot {
                 // The data the checkpoint refers to must be durable before it is.
                 self.shared.device.sync()?;
-                journal.checkpoint(&snapshot)?;
+                journal.checkpoint(&snapshot, &inline)?;
                 self.shared.device.sync()?;
                 journal.retire_previous()?;
                 syncs += 2;
@@ -921,7 +963,7 @@ impl FileHandle {
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
         self.store.lock()?.handle(self.id)?;
-        self.store.flush_or_sync_conventional(self.ino)?;
+        self.store.sync_file(self.ino)?;
         self.store.commit()?;
         self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
@@ -1143,6 +1185,7 @@ impl Inner {
             buffer_waits: self.counters.buffer_waits,
             buffer_wait_ns: self.counters.buffer_wait_ns,
             background_flushes: self.counters.background_flushes,
+            inline_syncs: self.counters.inline_syncs,
             zone_resets: self.counters.resets,
             zone_finishes: self.counters.finishes,
             device_syncs: self.counters.syncs,

@@ -66,6 +66,9 @@ pub(super) fn mount(
         None => format(&device)?,
         Some(rec) => {
             let mut state = State::from_snapshot(geometry, rec.snapshot)?;
+            for op in &rec.carry {
+                state.apply(op)?;
+            }
             let mut txns = rec.transactions;
             let last = txns.pop();
             for ops in &txns {
@@ -155,7 +158,7 @@ pub(super) fn mount(
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
     inner.device.sync()?;
-    journal.checkpoint(&inner.state.snapshot())?;
+    journal.checkpoint(&inner.state.snapshot(), &inner.state.inline_ops())?;
     inner.device.sync()?;
     journal.retire_previous()?;
     inner.pending.clear();

@@ -17,6 +17,9 @@ use crate::{Error, Result};
 /// Inode number.
 pub type Ino = u64;
 
+/// A file's inline bytes, oldest first: `(offset, bytes)`.
+pub type InlinePieces = Vec<(u64, Vec<u8>)>;
+
 /// Identifies a tenant: an application with its own namespace and streams.
 pub type TenantId = u32;
 
@@ -115,6 +118,22 @@ pub enum MetaOp {
         size: u64,
         mtime_ns: u64,
     },
+    /// A small synced tail carried in the journal record itself instead of a data block
+    /// (one page per small sync): `data` is the file's content at `offset`, newer than any
+    /// extent, until an [`MetaOp::InlineDone`] says the bytes reached a data zone. The size
+    /// grows as with `Extend`.
+    Inline {
+        ino: Ino,
+        offset: u64,
+        data: Vec<u8>,
+        size: u64,
+        mtime_ns: u64,
+    },
+    /// The file's inline tails are on the device now (in the extents mapped before this in
+    /// the same transaction).
+    InlineDone {
+        ino: Ino,
+    },
 }
 
 /// What a checkpoint holds: everything but the derived zone validity.
@@ -138,6 +157,10 @@ pub struct State {
     pub emptied: Vec<ZoneId>,
     /// A name of each linked inode: (directory, entry). Derived, for the paths policies see.
     pub names: HashMap<Ino, (Ino, String)>,
+    /// Synced bytes that live only in the journal (see [`MetaOp::Inline`]), per file, in
+    /// the order they were written: `(offset, bytes)`. A running store holds the same bytes
+    /// in the file's window; after a crash, mount writes them into the files.
+    pub inline: BTreeMap<Ino, InlinePieces>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -154,6 +177,7 @@ impl State {
             zones: ZoneMap::new(geometry.zone_count, geometry.blocks_per_zone()),
             emptied: Vec::new(),
             names: HashMap::new(),
+            inline: BTreeMap::new(),
         }
     }
 
@@ -241,6 +265,7 @@ impl State {
                     return corrupt(format!("free of missing inode {ino}"));
                 };
                 self.names.remove(ino);
+                self.inline.remove(ino);
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
                 }
@@ -274,6 +299,33 @@ impl State {
                 for ext in dropped {
                     self.invalidate(ext);
                 }
+                self.clip_inline(*ino, *size);
+            }
+            MetaOp::Inline {
+                ino,
+                offset,
+                data,
+                size,
+                mtime_ns,
+            } => {
+                let inode = self.inode_mut(*ino)?;
+                if inode.kind != FileKind::File {
+                    return corrupt(format!("inline data for inode {ino}, not a file"));
+                }
+                inode.size = inode.size.max(*size);
+                inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
+                inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
+                let pieces = self.inline.entry(*ino).or_default();
+                // Appends (the common case: a log synced record by record) grow one piece.
+                match pieces.last_mut() {
+                    Some((at, bytes)) if *at + bytes.len() as u64 == *offset => {
+                        bytes.extend_from_slice(data)
+                    }
+                    _ => pieces.push((*offset, data.clone())),
+                }
+            }
+            MetaOp::InlineDone { ino } => {
+                self.inline.remove(ino);
             }
             MetaOp::Extend {
                 ino,
@@ -318,6 +370,41 @@ impl State {
         if self.zones.valid_blocks(ext.zone) == 0 {
             self.emptied.push(ext.zone);
         }
+    }
+
+    /// Drops inline bytes at or past `size` (a truncation).
+    fn clip_inline(&mut self, ino: Ino, size: u64) {
+        let Some(pieces) = self.inline.get_mut(&ino) else {
+            return;
+        };
+        pieces.retain_mut(|(at, bytes)| {
+            bytes.truncate(size.saturating_sub(*at) as usize);
+            !bytes.is_empty()
+        });
+        if pieces.is_empty() {
+            self.inline.remove(&ino);
+        }
+    }
+
+    /// The inline bytes as operations, for the transaction that follows a checkpoint (a
+    /// checkpoint holds inodes, not the journal's inline bytes).
+    pub fn inline_ops(&self) -> Vec<MetaOp> {
+        let mut ops = Vec::new();
+        for (&ino, pieces) in &self.inline {
+            let Some(inode) = self.inodes.get(&ino) else {
+                continue;
+            };
+            for (offset, data) in pieces {
+                ops.push(MetaOp::Inline {
+                    ino,
+                    offset: *offset,
+                    data: data.clone(),
+                    size: inode.size,
+                    mtime_ns: inode.mtime_ns,
+                });
+            }
+        }
+        ops
     }
 
     /// The checkpoint image of this state.
