@@ -71,6 +71,9 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some(runners::STOCK_SUBCOMMAND) {
         return runners::stock_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("probes") {
+        return probes_main(&args[1..]);
+    }
     let mut scale = Scale::Small;
     let mut out = PathBuf::from("bench-report");
     let mut it = args.iter();
@@ -79,7 +82,9 @@ pub fn main(args: &[String]) -> i32 {
             ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s).unwrap(),
             ("--out", Some(dir)) => out = PathBuf::from(dir),
             _ => {
-                eprintln!("usage: report [--scale small|full] [--out DIR]");
+                eprintln!(
+                    "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS]"
+                );
                 return 2;
             }
         }
@@ -94,6 +99,29 @@ pub fn main(args: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// `report probes [DIR] [ROUNDS]`: only the synced-write probes (the one-flush limit, the
+/// native 430 B append, the store alone), in alternating rounds in DIR (default `.`), for a
+/// quick look at what the store adds to a synced write.
+fn probes_main(args: &[String]) -> i32 {
+    let dir = PathBuf::from(args.first().map_or(".", String::as_str));
+    let rounds: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(3);
+    let show = |what: &str, p: &Result<synced::Probe, String>| match p {
+        Ok(p) => println!(
+            "{what:<12} {:>9.0} ops/s  P50 {:>7.1} µs  P99 {:>7.1} µs  P99.99 {:>8.1} µs",
+            p.ops_per_sec, p.p50, p.p99, p.p9999
+        ),
+        Err(e) => println!("{what:<12} failed: {e}"),
+    };
+    for round in 1..=rounds {
+        println!("round {round}");
+        let p = synced::probes(&dir, Scale::Small);
+        show("limit", &p.limit);
+        show("append", &p.append);
+        show("store", &p.store);
+    }
+    0
 }
 
 fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
@@ -149,7 +177,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
             probes = Some(synced::probes(&runner.work, scale));
         }
     }
-    let (limit, append) = probes.unwrap_or_else(|| {
+    let probes = probes.unwrap_or_else(|| {
         eprintln!("report: one-flush limit and 430 B append + fdatasync");
         synced::probes(&runner.work, scale)
     });
@@ -167,7 +195,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
         .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
     eprintln!("report: one-flush limit and 430 B append + fdatasync, again");
-    let (limit_again, append_again) = synced::probes(&runner.work, scale);
+    let again = synced::probes(&runner.work, scale);
     let groups = synced::groups(&runner, scale);
     let results = Results {
         scale,
@@ -178,10 +206,11 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         cache,
         tenants,
         synced: synced::Synced {
-            limit,
-            append,
-            limit_again,
-            append_again,
+            limit: probes.limit,
+            append: probes.append,
+            store: probes.store,
+            limit_again: again.limit,
+            append_again: again.append,
             groups,
         },
         zone_maps,

@@ -300,7 +300,10 @@ pub struct Synced {
     pub limit: Result<Probe, String>,
     /// 430 B append + fdatasync, measured with the limit.
     pub append: Result<Probe, String>,
-    /// Both again, right before the grouped-sync runs (how much the disk drifted).
+    /// The same appends through the store alone, measured with the limit.
+    pub store: Result<Probe, String>,
+    /// The limit and the append again, right before the grouped-sync runs (how much the
+    /// disk drifted).
     pub limit_again: Result<Probe, String>,
     pub append_again: Result<Probe, String>,
     pub groups: Vec<(Kind, Result<Rounds, String>)>,
@@ -325,17 +328,59 @@ pub fn rounds(scale: Scale) -> usize {
     }
 }
 
-/// The native probes, in a scratch directory of `work`.
-pub fn probes(work: &Path, scale: Scale) -> (Result<Probe, String>, Result<Probe, String>) {
+/// The store alone, no guest and no WASI: `n` times a 430 B append to a file of a store on
+/// an image in `dir`, then `fdatasync` (`FileHandle::sync_data`). What the store adds to the
+/// disk's one-flush limit.
+pub fn store_probe(dir: &Path, n: usize) -> Result<Probe, String> {
+    use std::sync::Arc;
+    use valet_vfs::device::{Geometry, ImageDevice, ImageOptions};
+    let image = dir.join("store-probe.img");
+    let device = ImageDevice::create(&image, Geometry::EMBEDDED_DEFAULT, ImageOptions::default())
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    let store = valet_vfs::Store::open(Arc::new(device), valet_vfs::StoreConfig::default())
+        .map_err(|e| e.to_string())?;
+    let (_, root) = store.tenant("probe").map_err(|e| e.to_string())?;
+    let file = store
+        .open_file(root, "000003.log", valet_vfs::OpenOptions::create())
+        .map_err(|e| e.to_string())?;
+    let data = vec![0xa5u8; RECORD];
+    let probe = timed(n, |i| {
+        file.write_at(&data, (i * RECORD) as u64)
+            .and_then(|_| file.sync_data())
+            .map_err(std::io::Error::other)
+    });
+    let closed = file.close().and_then(|()| store.unmount());
+    let _ = std::fs::remove_file(&image);
+    closed.map_err(|e| e.to_string())?;
+    probe
+}
+
+/// The probes of one measuring point.
+pub struct Probes {
+    pub limit: Result<Probe, String>,
+    pub append: Result<Probe, String>,
+    pub store: Result<Probe, String>,
+}
+
+/// The native probes and the store probe, in a scratch directory of `work`.
+pub fn probes(work: &Path, scale: Scale) -> Probes {
     let dir = match tempfile::Builder::new().prefix("flush-").tempdir_in(work) {
         Ok(d) => d,
         Err(e) => {
             let e = format!("scratch directory in {}: {e}", work.display());
-            return (Err(e.clone()), Err(e));
+            return Probes {
+                limit: Err(e.clone()),
+                append: Err(e.clone()),
+                store: Err(e),
+            };
         }
     };
     let n = probe_ops(scale);
-    (overwrite_limit(dir.path(), n), append_probe(dir.path(), n))
+    Probes {
+        limit: overwrite_limit(dir.path(), n),
+        append: append_probe(dir.path(), n),
+        store: store_probe(dir.path(), n),
+    }
 }
 
 fn unix_ms(t: SystemTime) -> u64 {

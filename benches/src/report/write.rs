@@ -238,8 +238,10 @@ fn synced(r: &Results, doc: &mut Doc) {
          after the LevelDB `--sync 1` runs: the **one-flush limit** (a 4 KiB `pwrite` over an \
          already written and synced block of a 1 MiB file, then `fdatasync`: one data write \
          and one device flush, no allocation) and what stock pays per synced record (a \
-         {} B append, then `fdatasync`, so ext4 commits its journal each time). {} timed \
-         operations each after {} untimed; latency in µs.",
+         {} B append, then `fdatasync`, so ext4 commits its journal each time); then the \
+         same appends through the store alone, on an image file in the same directory (a \
+         small synced tail travels inline in one journal page). {} timed operations each \
+         after {} untimed; latency in µs.",
         synced::RECORD,
         synced::probe_ops(r.scale),
         synced::WARMUP
@@ -264,6 +266,14 @@ fn synced(r: &Results, doc: &mut Doc) {
         &mut t,
         &format!("{} B append + fdatasync", synced::RECORD),
         &s.append,
+    );
+    probe_row(
+        &mut t,
+        &format!(
+            "the store alone (no guest): {} B append + `sync_data` on an image here",
+            synced::RECORD
+        ),
+        &s.store,
     );
     probe_row(
         &mut t,
