@@ -2,8 +2,8 @@
 //! a data block, and is never lost — across power cuts, checkpoints, overwrites, truncation
 //! and the image device's lazily written zone table.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use valet_vfs::device::{
     DeviceError, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice,
@@ -28,7 +28,11 @@ struct Counted {
     writes: AtomicU64,
     data_writes: AtomicU64,
     syncs: AtomicU64,
-    dead: AtomicBool,
+    /// Set by a power cut; held for reading through each command, so that no command of
+    /// the dead process lands after the cut.
+    dead: RwLock<bool>,
+    /// Slows data-zone writes down (ms), so background writes overlap later syncs.
+    data_delay_ms: AtomicU64,
 }
 
 impl Counted {
@@ -38,17 +42,19 @@ impl Counted {
             writes: AtomicU64::new(0),
             data_writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
-            dead: AtomicBool::new(false),
+            dead: RwLock::new(false),
+            data_delay_ms: AtomicU64::new(0),
         })
     }
 
-    fn alive(&self) -> Result<(), DeviceError> {
-        match self.dead.load(Ordering::SeqCst) {
-            true => Err(DeviceError::Io(std::io::Error::other(
+    fn run<T>(&self, op: impl FnOnce() -> Result<T, DeviceError>) -> Result<T, DeviceError> {
+        let dead = self.dead.read().unwrap();
+        if *dead {
+            return Err(DeviceError::Io(std::io::Error::other(
                 "the process is gone",
-            ))),
-            false => Ok(()),
+            )));
         }
+        op()
     }
 
     fn counts(&self) -> (u64, u64, u64) {
@@ -71,41 +77,39 @@ impl ZonedDevice for Counted {
         self.dev.zone_info(zone)
     }
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        if zone > 1 {
-            self.data_writes.fetch_add(1, Ordering::SeqCst);
-        }
-        self.dev.write(zone, offset, data)
+        self.run(|| {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            if zone > 1 {
+                self.data_writes.fetch_add(1, Ordering::SeqCst);
+                let delay = self.data_delay_ms.load(Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(delay));
+            }
+            self.dev.write(zone, offset, data)
+        })
     }
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
-        self.alive()?;
-        self.dev.append(zone, data)
+        self.run(|| self.dev.append(zone, data))
     }
     fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.dev.read(zone, offset, buf)
+        self.run(|| self.dev.read(zone, offset, buf))
     }
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.dev.reset(zone)
+        self.run(|| self.dev.reset(zone))
     }
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.dev.finish(zone)
+        self.run(|| self.dev.finish(zone))
     }
     fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.dev.open(zone)
+        self.run(|| self.dev.open(zone))
     }
     fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.dev.close(zone)
+        self.run(|| self.dev.close(zone))
     }
     fn sync(&self) -> Result<(), DeviceError> {
-        self.alive()?;
-        self.syncs.fetch_add(1, Ordering::SeqCst);
-        self.dev.sync()
+        self.run(|| {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            self.dev.sync()
+        })
     }
 }
 
@@ -124,9 +128,13 @@ impl Machine {
     }
 
     fn mount(&mut self) -> (Store, Arc<Counted>) {
+        self.mount_with(StoreConfig::default())
+    }
+
+    fn mount_with(&mut self, config: StoreConfig) -> (Store, Arc<Counted>) {
         let counted = Counted::new(self.dev.clone());
         self.current = Some(counted.clone());
-        let store = Store::open(counted.clone(), StoreConfig::default()).unwrap();
+        let store = Store::open(counted.clone(), config).unwrap();
         (store, counted)
     }
 
@@ -134,7 +142,7 @@ impl Machine {
     /// the device (it is leaked, as a process that died would not run its destructors).
     fn power_cut(&mut self, store: Store, files: Vec<FileHandle>) {
         if let Some(c) = self.current.take() {
-            c.dead.store(true, Ordering::SeqCst);
+            *c.dead.write().unwrap() = true;
         }
         std::mem::forget(files);
         std::mem::forget(store);
@@ -317,4 +325,62 @@ fn inline_syncs_on_an_image_survive_a_crash_of_the_process() {
     let (_, root) = store.tenant("app").unwrap();
     assert_eq!(read_all(&store, root, "log"), expect);
     assert!(store.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn full_windows_flush_in_the_background_while_syncs_go_on_inline() {
+    // Small buffers: windows fill every ~38 records, and a header rewrite every 7th record
+    // sends the tail's window to the background writer while syncs go on inline.
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 16 * 1024,
+        ..StoreConfig::default()
+    };
+    for cut_after in [39, 45, 80, 85, 153, 160] {
+        let mut m = Machine::new(1 << 20);
+        let (store, dev) = m.mount_with(config.clone());
+        let (_, root) = store.tenant("app").unwrap();
+        let f = store.open_file(root, "log", OpenOptions::create()).unwrap();
+        dev.data_delay_ms.store(3, Ordering::SeqCst);
+        let mut expect: Vec<u8> = Vec::new();
+        for i in 0..cut_after {
+            if i % 5 == 4 {
+                // Rewrite the last 100 bytes, then append.
+                let at = expect.len() - 100;
+                let patch = vec![i as u8; 100];
+                f.write_at(&patch, at as u64).unwrap();
+                expect[at..].copy_from_slice(&patch);
+            }
+            if i % 7 == 6 {
+                // A header update far from the tail moves the window there and back: the
+                // tail's window, all of it synced inline, goes to the background writer
+                // while the header syncs inline in a newer window.
+                let header = [i as u8; 16];
+                f.write_at(&header, 0).unwrap();
+                expect[..16].copy_from_slice(&header);
+                f.sync_data().unwrap();
+            }
+            f.write_at(&record(i), expect.len() as u64).unwrap();
+            expect.extend(record(i));
+            f.sync_data().unwrap();
+            if i % 10 == 9 {
+                // Let a background write finish, so later syncs commit its record.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        let stats = store.stats();
+        assert!(
+            stats.inline_syncs > 0 && stats.background_flushes > 0,
+            "{stats:?}"
+        );
+        m.power_cut(store, vec![f]);
+        let (store, _) = m.mount_with(config.clone());
+        let (_, root) = store.tenant("app").unwrap();
+        assert_eq!(
+            read_all(&store, root, "log"),
+            expect,
+            "cut after {cut_after}"
+        );
+        assert!(store.fsck().unwrap().is_clean());
+    }
 }

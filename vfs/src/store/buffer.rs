@@ -50,19 +50,20 @@ pub struct Window {
     /// File offset of the first byte written since the window's bytes were last made
     /// durable (by a flush or an inline sync); `u64::MAX` when there is none.
     pub unsynced_from: u64,
-    /// Bytes of the window synced inline in the journal so far (see `MetaOp::Inline`).
-    pub inlined: usize,
+    /// Store-wide generation of this window: its inline pieces carry it (see
+    /// [`super::inline`]).
+    pub gen: u64,
 }
 
 impl Window {
-    pub fn new(buf: Vec<u8>, start: u64, len: usize) -> Self {
+    pub fn new(buf: Vec<u8>, start: u64, len: usize, gen: u64) -> Self {
         Window {
             buf,
             start,
             len,
             dirty: false,
             unsynced_from: u64::MAX,
-            inlined: 0,
+            gen,
         }
     }
 
@@ -98,6 +99,10 @@ pub struct Detached {
     pub writing: bool,
     /// Why the last write of this buffer failed.
     pub error: Option<String>,
+    /// The window's generation (its inline pieces retire when this buffer is recorded).
+    pub gen: u64,
+    /// Holds bytes no sync made durable yet (not inlined): a sync must write it first.
+    pub unsynced: bool,
 }
 
 impl Detached {

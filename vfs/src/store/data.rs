@@ -37,9 +37,9 @@ const MAX_FILE_SIZE: u64 = 1 << 46;
 /// operations when a sync's tail goes inline.
 const INLINE_HEADROOM: usize = 1024;
 
-/// Inline bytes one window may accumulate before a sync writes it to a data zone: bounds
-/// what a checkpoint must carry along and what a recovery writes back.
-const MAX_INLINE_PER_WINDOW: usize = 64 * 1024;
+/// Inline bytes the whole store may hold, as a fraction of a zone: bounds what a checkpoint
+/// carries along and what a recovery writes back.
+const INLINE_BUDGET_DIVISOR: u64 = 8;
 
 /// A device read planned under the lock: bytes `[dst, dst + len)` of the caller's buffer
 /// come from `zone` at byte `at`.
@@ -119,6 +119,7 @@ impl Store {
                     }
                 }
                 Some(w) if w.dirty => {
+                    inner.counters.background_flushes += 1;
                     drop(inner);
                     self.flush_window(ino)?;
                     self.shared.writer.push(ino);
@@ -164,7 +165,8 @@ impl Store {
         let size = inner.state.inode(ino)?.size;
         // Bytes past the end of file read as zeros, whatever an old block still holds.
         let prefix = (pos.min(size).max(start) - start) as usize;
-        let mut window = Window::new(buf, start, (pos - start) as usize);
+        let gen = inner.next_window_gen();
+        let mut window = Window::new(buf, start, (pos - start) as usize, gen);
         window.buf[..window.len].fill(0);
         if prefix > 0 {
             self.set_busy(&mut inner, ino, true);
@@ -387,9 +389,8 @@ impl Store {
     }
 
     /// Records one written piece of the front buffer of `ino`, after the file's size when
-    /// it is the first. With the last piece, the file's inline tails are done: they were
-    /// synced from this buffer's window (a window is synced inline only while nothing of
-    /// the file is queued before it), so its extents now hold them.
+    /// it is the first. With the last piece, the inline pieces of this buffer's window and
+    /// older ones retire: its extents (and the ones recorded before) hold their bytes.
     fn record_piece(
         &self,
         ino: Ino,
@@ -400,6 +401,12 @@ impl Store {
         last: bool,
     ) -> Result<()> {
         let mut inner = self.lock()?;
+        let gen = inner
+            .open
+            .get(&ino)
+            .and_then(|o| o.inflight.front())
+            .map(|d| d.gen)
+            .ok_or(Error::BadHandle)?;
         if first {
             let front = inner.open.get(&ino).and_then(|o| o.inflight.front());
             let (size, set_size) = front
@@ -433,8 +440,8 @@ impl Store {
             },
             crc,
         })?;
-        if last && inner.state.inline.contains_key(&ino) {
-            inner.record(MetaOp::InlineDone { ino })?;
+        if last && inner.state.inline.has_up_to(ino, gen) {
+            inner.record(MetaOp::InlineDone { ino, gen })?;
         }
         Ok(())
     }
@@ -698,6 +705,8 @@ impl Store {
             pooled: false,
             writing: false,
             error: None,
+            gen: 0,
+            unsynced: true,
         });
         self.set_busy(&mut inner, ino, false);
         drop(inner);
@@ -716,8 +725,16 @@ impl Store {
         if conventional {
             return self.with(|inner| inner.sync_conventional(ino));
         }
-        // What is queued goes first, so the inline bytes are the newest of the file.
-        self.write_queued(ino)?;
+        // Queued buffers a sync has not covered yet go first (in order); ones whose bytes
+        // went inline are written by the background writer without making the sync wait.
+        let queued = {
+            let inner = self.lock()?;
+            let of = inner.open.get(&ino).ok_or(Error::BadHandle)?;
+            of.inflight.iter().any(|d| d.unsynced)
+        };
+        if queued {
+            self.write_queued(ino)?;
+        }
         if self.sync_inline(ino)? {
             return Ok(());
         }
@@ -725,12 +742,15 @@ impl Store {
     }
 
     /// Records the window's unsynced tail as an inline journal operation if it is small and
-    /// nothing of the file is queued. Returns whether nothing is left to flush for the sync.
+    /// the store's inline budget allows. Returns whether nothing is left to flush.
     fn sync_inline(&self, ino: Ino) -> Result<bool> {
         let mut inner = self.lock_idle(ino)?;
         let block = inner.state.block_size() as usize;
+        // A checkpoint carries every inline byte: keep them a small part of a zone.
+        let budget = inner.state.geometry.zone_capacity / INLINE_BUDGET_DIVISOR;
+        let held = inner.state.inline.bytes();
         let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
-        if !of.inflight.is_empty() {
+        if of.inflight.iter().any(|d| d.unsynced) {
             return Ok(false);
         }
         let Some(w) = of.window.as_mut() else {
@@ -741,17 +761,18 @@ impl Store {
         }
         let from = (w.unsynced_from - w.start) as usize;
         let n = w.len - from;
-        // Past these, a data block costs no more than the journal bytes would.
-        if n > block - INLINE_HEADROOM || w.inlined + n > MAX_INLINE_PER_WINDOW {
+        // Past this, a data block costs no more than the journal bytes would.
+        if n > block - INLINE_HEADROOM || held + n as u64 > budget {
             return Ok(false);
         }
         let data = w.buf[from..w.len].to_vec();
         let offset = w.unsynced_from;
+        let gen = w.gen;
         w.unsynced_from = u64::MAX;
-        w.inlined += n;
         let inode = inner.state.inode(ino)?;
         let op = MetaOp::Inline {
             ino,
+            gen,
             offset,
             data,
             size: inode.size,
@@ -844,9 +865,13 @@ impl Inner {
             0 => None,
             _ => self.pool.take().map(|mut buf| {
                 buf[..keep].copy_from_slice(&w.buf[skip..skip + keep]);
-                Window::new(buf, keep_from, keep)
+                Window::new(buf, keep_from, keep, 0)
             }),
         };
+        let next = next.map(|w| Window {
+            gen: self.next_window_gen(),
+            ..w
+        });
         let of = self.open.get_mut(&ino).expect("checked above");
         of.inflight.push_back(Detached {
             buf: Arc::new(w.buf),
@@ -857,6 +882,8 @@ impl Inner {
             pooled: true,
             writing: false,
             error: None,
+            gen: w.gen,
+            unsynced: w.unsynced_from != u64::MAX,
         });
         of.window = next;
         Ok(())

@@ -4,7 +4,8 @@
 //! and the only place it changes; [`data`] the file data path (windows, flushes, reads);
 //! [`commit`] group commit; [`writer`] the background writer of full buffers; [`namespace`]
 //! paths and directory operations; [`alloc`] the ZNS resolver and zone lifecycle; [`gc`]
-//! reclaim; [`mount`] recovery; [`fsck`] the invariant checker.
+//! reclaim; [`mount`] recovery; [`fsck`] the invariant checker; [`inline`] small synced
+//! tails that travel in journal records until their window reaches a data zone.
 //!
 //! # Concurrency: who owns what
 //!
@@ -24,7 +25,8 @@
 //! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
 //!   thread (`writing`), and recorded in that order, so a file's extents are mapped in the
 //!   order its bytes were written. A sync writes its file's queued buffers itself rather
-//!   than wait for the background writer.
+//!   than wait for the background writer, unless their bytes were already synced inline
+//!   (then the sync does not wait for them at all).
 //! - **Zones**: blocks are reserved under `inner` by advancing the store's write pointer
 //!   (`wp`); the device writes of one zone are issued in reservation order: a writer waits
 //!   until `written[zone]` reaches its first block. Writes to different zones run in
@@ -48,6 +50,7 @@ mod events;
 pub(crate) mod extent_map;
 mod fsck;
 mod gc;
+mod inline;
 pub(crate) mod journal;
 mod mount;
 mod namespace;
@@ -267,6 +270,8 @@ struct Inner {
     events: Vec<Event>,
     /// Journal bytes written so far (the journal itself belongs to the commit leader).
     meta_bytes: u64,
+    /// The newest window generation handed out (see [`inline`]).
+    window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).
     pins: Arc<[AtomicU32]>,
 }
@@ -410,14 +415,10 @@ impl Store {
     /// After a crash: writes the synced bytes that only the journal held (inline tails,
     /// see [`state::MetaOp::Inline`]) into their files, which records them done, and commits.
     fn write_back_inline(&self) -> Result<()> {
-        let files: Vec<(Ino, state::InlinePieces)> = {
+        let files: Vec<(Ino, Vec<inline::Piece>)> = {
             let inner = self.lock()?;
-            inner
-                .state
-                .inline
-                .iter()
-                .map(|(&ino, p)| (ino, p.clone()))
-                .collect()
+            let files = inner.state.inline.files();
+            files.map(|(ino, pieces)| (ino, pieces.to_vec())).collect()
         };
         for (ino, pieces) in files {
             let id = self.with(|inner| {
@@ -432,12 +433,12 @@ impl Store {
                 id,
                 ino,
             };
-            for (offset, data) in pieces {
-                handle.write_at(&data, offset)?;
+            for piece in pieces {
+                handle.write_at(&piece.data, piece.offset)?;
             }
             handle.close()?;
         }
-        if let Some(ino) = self.lock()?.state.inline.keys().next() {
+        if let Some((ino, _)) = self.lock()?.state.inline.files().next() {
             return Err(Error::Corrupt(format!(
                 "inode {ino}: journaled inline data could not be written back"
             )));
@@ -1085,6 +1086,12 @@ impl Inner {
 
     fn handle(&self, id: u64) -> Result<&Handle> {
         self.handles.get(&id).ok_or(Error::BadHandle)
+    }
+
+    /// A generation for a new window, newer than every inline piece.
+    fn next_window_gen(&mut self) -> u64 {
+        self.window_gen += 1;
+        self.window_gen
     }
 
     fn touch(&mut self) -> u64 {

@@ -150,10 +150,13 @@ pub(super) fn mount(
         placements,
         events: Vec::new(),
         meta_bytes: 0,
+        window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
             .collect(),
     };
+    // Windows from now on are newer than any inline piece the journal still holds.
+    inner.window_gen = inner.state.inline.max_gen();
     inner.settle_zones()?;
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::extent_map::{Extent, ExtentMap};
+use super::inline::InlineTails;
 use super::zone_map::{ZoneMap, ZoneUse};
 use crate::device::{Geometry, ZoneId};
 use crate::hint::{Class, Hint};
@@ -16,9 +17,6 @@ use crate::{Error, Result};
 
 /// Inode number.
 pub type Ino = u64;
-
-/// A file's inline bytes, oldest first: `(offset, bytes)`.
-pub type InlinePieces = Vec<(u64, Vec<u8>)>;
 
 /// Identifies a tenant: an application with its own namespace and streams.
 pub type TenantId = u32;
@@ -119,20 +117,22 @@ pub enum MetaOp {
         mtime_ns: u64,
     },
     /// A small synced tail carried in the journal record itself instead of a data block
-    /// (one page per small sync): `data` is the file's content at `offset`, newer than any
-    /// extent, until an [`MetaOp::InlineDone`] says the bytes reached a data zone. The size
-    /// grows as with `Extend`.
+    /// (one page per small sync, see [`super::inline`]): `data` is the file's content at
+    /// `offset` in the window of generation `gen`, newer than any extent, until an
+    /// [`MetaOp::InlineDone`] retires it. The size grows as with `Extend`.
     Inline {
         ino: Ino,
+        gen: u64,
         offset: u64,
         data: Vec<u8>,
         size: u64,
         mtime_ns: u64,
     },
-    /// The file's inline tails are on the device now (in the extents mapped before this in
-    /// the same transaction).
+    /// The windows of the file up to generation `gen` reached data zones (in the extents
+    /// mapped before this): their inline pieces retire.
     InlineDone {
         ino: Ino,
+        gen: u64,
     },
 }
 
@@ -157,10 +157,9 @@ pub struct State {
     pub emptied: Vec<ZoneId>,
     /// A name of each linked inode: (directory, entry). Derived, for the paths policies see.
     pub names: HashMap<Ino, (Ino, String)>,
-    /// Synced bytes that live only in the journal (see [`MetaOp::Inline`]), per file, in
-    /// the order they were written: `(offset, bytes)`. A running store holds the same bytes
-    /// in the file's window; after a crash, mount writes them into the files.
-    pub inline: BTreeMap<Ino, InlinePieces>,
+    /// Synced bytes that live only in the journal (see [`MetaOp::Inline`]). A running store
+    /// holds the same bytes in the files' windows; after a crash, mount writes them back.
+    pub inline: InlineTails,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -177,7 +176,7 @@ impl State {
             zones: ZoneMap::new(geometry.zone_count, geometry.blocks_per_zone()),
             emptied: Vec::new(),
             names: HashMap::new(),
-            inline: BTreeMap::new(),
+            inline: InlineTails::default(),
         }
     }
 
@@ -265,7 +264,7 @@ impl State {
                     return corrupt(format!("free of missing inode {ino}"));
                 };
                 self.names.remove(ino);
-                self.inline.remove(ino);
+                self.inline.remove(*ino);
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
                 }
@@ -299,10 +298,11 @@ impl State {
                 for ext in dropped {
                     self.invalidate(ext);
                 }
-                self.clip_inline(*ino, *size);
+                self.inline.clip(*ino, *size);
             }
             MetaOp::Inline {
                 ino,
+                gen,
                 offset,
                 data,
                 size,
@@ -315,18 +315,9 @@ impl State {
                 inode.size = inode.size.max(*size);
                 inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
                 inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
-                let pieces = self.inline.entry(*ino).or_default();
-                // Appends (the common case: a log synced record by record) grow one piece.
-                match pieces.last_mut() {
-                    Some((at, bytes)) if *at + bytes.len() as u64 == *offset => {
-                        bytes.extend_from_slice(data)
-                    }
-                    _ => pieces.push((*offset, data.clone())),
-                }
+                self.inline.add(*ino, *gen, *offset, data);
             }
-            MetaOp::InlineDone { ino } => {
-                self.inline.remove(ino);
-            }
+            MetaOp::InlineDone { ino, gen } => self.inline.done(*ino, *gen),
             MetaOp::Extend {
                 ino,
                 size,
@@ -372,33 +363,20 @@ impl State {
         }
     }
 
-    /// Drops inline bytes at or past `size` (a truncation).
-    fn clip_inline(&mut self, ino: Ino, size: u64) {
-        let Some(pieces) = self.inline.get_mut(&ino) else {
-            return;
-        };
-        pieces.retain_mut(|(at, bytes)| {
-            bytes.truncate(size.saturating_sub(*at) as usize);
-            !bytes.is_empty()
-        });
-        if pieces.is_empty() {
-            self.inline.remove(&ino);
-        }
-    }
-
-    /// The inline bytes as operations, for the transaction that follows a checkpoint (a
-    /// checkpoint holds inodes, not the journal's inline bytes).
+    /// The inline bytes as operations, for a checkpoint to carry (a snapshot holds inodes,
+    /// not the journal's inline bytes).
     pub fn inline_ops(&self) -> Vec<MetaOp> {
         let mut ops = Vec::new();
-        for (&ino, pieces) in &self.inline {
+        for (ino, pieces) in self.inline.files() {
             let Some(inode) = self.inodes.get(&ino) else {
                 continue;
             };
-            for (offset, data) in pieces {
+            for p in pieces {
                 ops.push(MetaOp::Inline {
                     ino,
-                    offset: *offset,
-                    data: data.clone(),
+                    gen: p.gen,
+                    offset: p.offset,
+                    data: p.data.clone(),
                     size: inode.size,
                     mtime_ns: inode.mtime_ns,
                 });
