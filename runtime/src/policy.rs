@@ -26,8 +26,17 @@ use wasmtime::{
 /// What a policy may use.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Fuel (about one unit per instruction) for each call.
+    /// Fuel (about one unit per instruction) for each call. Measured on the LSM and cache
+    /// traces the tests record (`valet-run policy check NAME --trace T` prints it): the
+    /// built-ins use at most 3,900 for a decision (`cachelib`) and 22,500 for an event
+    /// (`learn`). The budget is about 40 times that: room for policies that think harder,
+    /// and a spinning one is stopped within about a millisecond of CPU.
     pub fuel_per_call: u64,
+    /// Wall-clock bound of each call, in milliseconds (epoch interruption): a policy slowed
+    /// down by anything fuel does not count still answers, or faults, in time. A call
+    /// runs on the thread of the tenant that asked, with no store lock held, so a slow
+    /// policy costs its own tenant only.
+    pub deadline_ms: u64,
     /// Largest linear memory.
     pub memory_bytes: usize,
     /// Largest module.
@@ -37,22 +46,40 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            fuel_per_call: 10_000_000,
+            fuel_per_call: 1_000_000,
+            deadline_ms: 20,
             memory_bytes: 32 << 20,
             module_bytes: 16 << 20,
         }
     }
 }
 
-/// The engine policies run on: fuel metering on, nothing else the ABI does not need.
+/// How often the policy engine's epoch advances: the granularity of call deadlines.
+const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The engine policies run on: fuel metering and epoch deadlines on, nothing else the ABI
+/// does not need. A thread advances the epoch every millisecond while the engine lives.
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
     config.consume_fuel(true);
+    config.epoch_interruption(true);
     config.max_wasm_stack(512 << 10);
     config.wasm_threads(false);
-    Engine::new(&config)
+    let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
-        .context("creating the policy engine")
+        .context("creating the policy engine")?;
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("valet-policy-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .context("starting the policy epoch thread")?;
+    Ok(engine)
 }
 
 /// A checked, compiled policy module.
@@ -170,6 +197,8 @@ struct PolicyInstance {
     place: TypedFunc<i32, i32>,
     event: Option<TypedFunc<i32, ()>>,
     fuel: u64,
+    /// Epoch ticks each call may take.
+    ticks: u64,
 }
 
 impl PolicyInstance {
@@ -185,7 +214,10 @@ impl PolicyInstance {
         let mut store = Store::new(policy.module.engine(), State { limits });
         store.limiter(|s| &mut s.limits);
         let fuel = policy.limits.fuel_per_call;
+        let ticks = policy.limits.deadline_ms.max(1) / EPOCH_TICK.as_millis() as u64;
         store.set_fuel(fuel)?;
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(ticks);
         let instance = Instance::new(&mut store, &policy.module, &[])
             .map_err(|e| anyhow!("policy {name}: start failed: {}", trap_line(&e)))?;
         let memory = instance
@@ -193,6 +225,7 @@ impl PolicyInstance {
             .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
         let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
             store.set_fuel(fuel)?;
+            store.set_epoch_deadline(ticks);
             instance
                 .get_typed_func::<(), i32>(&mut *store, export)?
                 .call(&mut *store, ())
@@ -211,6 +244,7 @@ impl PolicyInstance {
         }
         if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
             store.set_fuel(fuel)?;
+            store.set_epoch_deadline(ticks);
             init.call(&mut store, max_streams as i32)
                 .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
         }
@@ -221,7 +255,20 @@ impl PolicyInstance {
             memory,
             buffer,
             fuel,
+            ticks,
         })
+    }
+
+    /// Arms the budgets for one call.
+    fn arm(&mut self) -> Result<()> {
+        self.store.set_fuel(self.fuel)?;
+        self.store.set_epoch_deadline(self.ticks);
+        Ok(())
+    }
+
+    /// Fuel the last call used.
+    fn used(&self) -> u64 {
+        self.fuel - self.store.get_fuel().unwrap_or(0)
     }
 
     fn buffer(&mut self) -> Result<&mut [u8]> {
@@ -239,7 +286,7 @@ impl PolicyInstance {
         max_streams: u32,
     ) -> Result<Option<abi::Decision>> {
         let len = request.encode(self.buffer()?);
-        self.store.set_fuel(self.fuel)?;
+        self.arm()?;
         let rc = self
             .place
             .call(&mut self.store, len as i32)
@@ -261,7 +308,7 @@ impl PolicyInstance {
             return Ok(());
         };
         let len = event.encode(self.buffer()?);
-        self.store.set_fuel(self.fuel)?;
+        self.arm()?;
         f.call(&mut self.store, len as i32)
             .map_err(|e| anyhow!("valet_event failed: {}", trap_line(&e)))
     }
@@ -274,11 +321,13 @@ fn trap_line(e: &wasmtime::Error) -> String {
     text.lines().next().unwrap_or("trap").to_string()
 }
 
-/// Decisions and faults of one placement.
+/// Decisions and faults of one placement, and the most fuel a call of each kind used.
 #[derive(Default)]
 pub struct Counters {
     pub decisions: AtomicU64,
     pub faults: AtomicU64,
+    pub max_fuel_place: AtomicU64,
+    pub max_fuel_event: AtomicU64,
 }
 
 /// A policy as the store's [`Placement`] for one tenant.
@@ -368,7 +417,15 @@ impl Placement for WasmPlacement {
             size: request.size,
             path: request.path,
         };
-        match self.with_instance(|i| i.place(&req, self.max_streams)) {
+        let decided = self.with_instance(|i| {
+            let decision = i.place(&req, self.max_streams);
+            let used = i.used();
+            self.counters
+                .max_fuel_place
+                .fetch_max(used, Ordering::Relaxed);
+            decision
+        });
+        match decided {
             Some(Some(decision)) => to_hint(decision),
             _ => DefaultPlacement.place(request),
         }
@@ -402,7 +459,14 @@ impl Placement for WasmPlacement {
                 group: hint.group,
             },
         };
-        self.with_instance(|i| i.event(&ev));
+        self.with_instance(|i| {
+            let done = i.event(&ev);
+            let used = i.used();
+            self.counters
+                .max_fuel_event
+                .fetch_max(used, Ordering::Relaxed);
+            done
+        });
     }
 
     fn name(&self) -> String {

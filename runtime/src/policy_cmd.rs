@@ -145,6 +145,17 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             for (d, n) in &per {
                 println!("# {n} file(s): {d}");
             }
+            let counters = &placement.counters;
+            println!(
+                "# fuel per call: valet_place at most {}, valet_event at most {} (budget {})",
+                counters
+                    .max_fuel_place
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                counters
+                    .max_fuel_event
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                Limits::default().fuel_per_call
+            );
             if placement.faults() > 0 {
                 println!(
                     "# {} fault(s): the default decided those",

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -94,8 +96,53 @@ impl From<Reason> for OpenReason {
     }
 }
 
-/// Where a run's trace goes: one writer shared by every recording placement.
-pub type TraceOut = Arc<Mutex<BufWriter<File>>>;
+/// Records queued for the trace writer before a recording call waits for room.
+const TRACE_QUEUE: usize = 4096;
+
+/// Where a run's trace goes: a thread of its own writes the file, fed through a bounded
+/// queue shared by every recording placement, so a guest's call never waits for the
+/// trace file's I/O (only for room in the queue, should the writer fall far behind).
+pub type TraceOut = Arc<TraceWriter>;
+
+/// The trace file's writer thread and the queue to it. Dropping it (with the last
+/// recording placement) drains the queue, flushes the file and reports a failure once.
+pub struct TraceWriter {
+    queue: Mutex<Option<SyncSender<String>>>,
+    thread: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
+    path: String,
+}
+
+impl TraceWriter {
+    fn send(&self, line: String) {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queue) = queue.as_ref() {
+            // A writer that stopped has reported why; tracing never fails the guest.
+            let _ = queue.send(line);
+        }
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(Ok(Err(e))) = thread.map(JoinHandle::join) {
+            eprintln!(
+                "valet-run: trace {}: {e}; the trace is incomplete",
+                self.path
+            );
+        }
+    }
+}
+
+fn write_trace(file: File, queue: Receiver<String>) -> std::io::Result<()> {
+    let mut out = BufWriter::new(file);
+    for line in queue {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_data()
+}
 
 /// A placement that records every call before passing it on.
 pub struct Recorder {
@@ -106,37 +153,35 @@ pub struct Recorder {
 
 impl Recorder {
     /// Records into `out` (shared between the tenants of one run).
-    pub fn new(
-        inner: Arc<dyn Placement>,
-        out: Arc<Mutex<BufWriter<File>>>,
-        start: Instant,
-    ) -> Self {
+    pub fn new(inner: Arc<dyn Placement>, out: TraceOut, start: Instant) -> Self {
         Recorder { inner, out, start }
     }
 
-    /// Opens a trace file for writing.
+    /// Creates a trace file and starts its writer thread.
     pub fn create(path: &Path) -> Result<TraceOut> {
         let file =
             File::create(path).with_context(|| format!("creating trace {}", path.display()))?;
-        Ok(Arc::new(Mutex::new(BufWriter::new(file))))
+        let (queue, from_queue) = sync_channel(TRACE_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("valet-trace".into())
+            .spawn(move || write_trace(file, from_queue))
+            .context("starting the trace writer")?;
+        Ok(Arc::new(TraceWriter {
+            queue: Mutex::new(Some(queue)),
+            thread: Mutex::new(Some(thread)),
+            path: path.display().to_string(),
+        }))
     }
 
     fn write(&self, record: &Record) {
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        // Tracing must never fail the application: a write error just loses the record.
+        // Tracing must never fail the application: a record that does not encode is lost.
         if let Ok(line) = serde_json::to_string(record) {
-            let _ = writeln!(out, "{line}");
+            self.out.send(line);
         }
     }
 
     fn now(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        let _ = self.out.lock().unwrap_or_else(|p| p.into_inner()).flush();
     }
 }
 

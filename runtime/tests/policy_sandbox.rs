@@ -173,3 +173,35 @@ fn misbehaving_policies_are_contained_while_data_stays_intact() {
         assert!(stats.policies[0].faults >= 3);
     }
 }
+
+#[test]
+fn a_call_that_outlives_its_deadline_faults_even_with_fuel_to_spare() {
+    // Fuel is no bound here: the wall-clock deadline must end the spinning call.
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 4,
+        deadline_ms: 20,
+        ..Limits::default()
+    };
+    let bytes = policy_wat("", "(loop $l (br $l)) i32.const 0");
+    let module = PolicyModule::new(&policy::engine().unwrap(), "slow", &bytes, limits).unwrap();
+    let p = WasmPlacement::new(Arc::new(module), 8).unwrap();
+    let started = std::time::Instant::now();
+    let hint = p.place(&request("db/1.log"));
+    let took = started.elapsed();
+    assert_eq!(hint, DefaultPlacement.place(&request("db/1.log")));
+    assert_eq!(p.faults(), 1);
+    // A loose bound (shared machines): far below what the fuel would have allowed.
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn fuel_used_per_call_is_counted() {
+    let module = Arc::new(load("good", &policy_wat("", "i32.const 0")).unwrap());
+    let p = WasmPlacement::new(module, 8).unwrap();
+    p.place(&request("db/1.log"));
+    let used = p
+        .counters
+        .max_fuel_place
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(used > 0 && used < 1_000, "{used}");
+}

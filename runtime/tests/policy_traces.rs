@@ -52,6 +52,22 @@ fn check(
     );
     let mut decisions = Vec::new();
     let mut stats = None;
+    // The built-ins stay far inside the fuel budget (see `policy::Limits`).
+    let fuel = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# fuel per call: "))
+        .unwrap_or_else(|| panic!("{policy}: no fuel line in {stdout}"));
+    let numbers: Vec<u64> = fuel
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [place, event, budget] = numbers[..] else {
+        panic!("{policy}: fuel line {fuel}");
+    };
+    assert!(
+        place > 0 && place.max(event) * 20 <= budget,
+        "{policy}: fuel per call {fuel}"
+    );
     for line in stdout.lines() {
         if line.starts_with('{') {
             stats = Some(serde_json::from_str(line).unwrap());
