@@ -188,7 +188,16 @@ enum Line {
     Intent(Vec<String>),
     /// The batch is acknowledged (its last fsync/close returned): the whole state.
     State(State),
+    /// The log thread's `fdatasync` returned: [`LOG`] holds this many bytes.
+    Log(u64),
 }
+
+/// A file a second thread of the child appends small records to, `fdatasync` after each,
+/// while the batches run: syncs of two threads meet in group commits, and small tails go
+/// inline. Its bytes depend on the offset only, so any prefix can be checked.
+const LOG: &str = "g.log";
+const LOG_ID: u64 = u64::MAX;
+const LOG_MAX: u64 = 512 * 1024;
 
 fn append_line(log: &mut fs::File, line: &Line) {
     let mut text = serde_json::to_string(line).unwrap();
@@ -197,12 +206,21 @@ fn append_line(log: &mut fs::File, line: &Line) {
     log.write_all(text.as_bytes()).unwrap();
 }
 
-/// The last acknowledged state, and the paths touched by batches started after it.
-fn read_log(path: &Path) -> (State, Vec<String>, usize) {
+/// What the ack log says: the last acknowledged state, the paths touched by batches
+/// started after it, the number of acknowledged batches, and the bytes of [`LOG`] synced.
+struct Acked {
+    state: State,
+    touched: Vec<String>,
+    acks: usize,
+    log: u64,
+}
+
+fn read_log(path: &Path) -> Acked {
     let text = fs::read_to_string(path).unwrap();
     let mut state = None;
     let mut touched = Vec::new();
     let mut acks = 0;
+    let mut log = 0;
     for line in text.split_inclusive('\n') {
         if !line.ends_with('\n') {
             break; // torn by the kill
@@ -214,9 +232,34 @@ fn read_log(path: &Path) -> (State, Vec<String>, usize) {
                 touched.clear();
                 acks += 1;
             }
+            Line::Log(n) => log = log.max(n),
         }
     }
-    (state.expect("the log starts with a state"), touched, acks)
+    Acked {
+        state: state.expect("the log starts with a state"),
+        touched,
+        acks,
+        log,
+    }
+}
+
+/// The log thread of the child: appends records of 1–2,000 bytes after the acknowledged
+/// end of [`LOG`], each followed by `fdatasync` and an ack line.
+fn run_log_thread(store: Store, root: Ino, dir: &Path, seed: u64) {
+    let mut ack = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("ack.log"))
+        .unwrap();
+    let fh = store.open_file(root, LOG, OpenOptions::create()).unwrap();
+    let mut at = fh.metadata().unwrap().size;
+    let mut rng = Rng(seed ^ 0x5EED);
+    loop {
+        let len = 1 + rng.below(2000);
+        fh.write_at(&data(LOG_ID, at, len, 0), at).unwrap();
+        fh.sync_data().unwrap();
+        at += len;
+        append_line(&mut ack, &Line::Log(at));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -244,12 +287,14 @@ struct Child {
 }
 
 fn run_child(dir: &Path, seed: u64) {
-    let (state, _, _) = read_log(&dir.join("ack.log"));
+    let state = read_log(&dir.join("ack.log")).state;
     let mut log = fs::OpenOptions::new()
         .append(true)
         .open(dir.join("ack.log"))
         .unwrap();
     let (store, root) = mount(dir);
+    let (log_store, log_dir) = (store.clone(), dir.to_path_buf());
+    std::thread::spawn(move || run_log_thread(log_store, root, &log_dir, seed));
     let mut child = Child {
         store,
         root,
@@ -426,8 +471,14 @@ fn fresh(dir: &Path) {
 }
 
 fn write_baseline(dir: &Path, state: &State) {
+    let previous = fs::read_to_string(dir.join("ack.log"))
+        .ok()
+        .map(|_| read_log(&dir.join("ack.log")).log)
+        .filter(|&log| log <= LOG_MAX)
+        .unwrap_or(0);
     let mut log = fs::File::create(dir.join("ack.log")).unwrap();
     append_line(&mut log, &Line::State(state.clone()));
+    append_line(&mut log, &Line::Log(previous));
     log.sync_all().unwrap();
 }
 
@@ -444,13 +495,36 @@ fn read_path(store: &Store, root: Ino, path: &str) -> Option<Vec<u8>> {
 /// Recovers the image after a kill and checks the acknowledged state; returns the state the
 /// next child starts from (the uncertain files deleted) and the acknowledged batch count.
 fn recover_and_check(dir: &Path, cycle: usize) -> (State, usize) {
-    let (mut state, touched, acks) = read_log(&dir.join("ack.log"));
+    let Acked {
+        mut state,
+        touched,
+        acks,
+        log,
+    } = read_log(&dir.join("ack.log"));
     let (store, root) = mount(dir);
     let report = store.fsck().unwrap();
     assert!(
         report.is_clean(),
         "cycle {cycle}: fsck after recovery: {report:?}"
     );
+    // The log thread's synced prefix survives; what followed it is cut off, so the next
+    // child appends after exactly what was acknowledged.
+    if let Some(got) = read_path(&store, root, LOG) {
+        assert!(
+            got.len() as u64 >= log,
+            "cycle {cycle}: {LOG} has {} bytes, {log} were synced",
+            got.len()
+        );
+        if got[..log as usize] != data(LOG_ID, 0, log, 0)[..] {
+            panic!("cycle {cycle}: {LOG} lost synced bytes (first {log} acknowledged)");
+        }
+        let fh = store.open_file(root, LOG, OpenOptions::create()).unwrap();
+        // Kept small on the small device: past 512 KiB the next child starts it afresh.
+        fh.set_len(if log > LOG_MAX { 0 } else { log }).unwrap();
+        fh.close().unwrap();
+    } else {
+        assert_eq!(log, 0, "cycle {cycle}: {LOG} is gone");
+    }
     for path in PATHS {
         if touched.iter().any(|t| t == path) {
             continue;
