@@ -415,13 +415,16 @@ impl Store {
             let inode = inner.state.inode(ino)?;
             let op = match set_size {
                 // A shrink by `set_len`: the zeroed block and the new size together.
-                Some(size) => MetaOp::SetAttr {
-                    ino,
-                    size,
-                    atime_ns: inode.atime_ns,
-                    mtime_ns: inode.mtime_ns,
-                    ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
-                },
+                Some(size) => {
+                    let now = now_ns();
+                    MetaOp::SetAttr {
+                        ino,
+                        size,
+                        atime_ns: inode.atime_ns,
+                        mtime_ns: now,
+                        ctime_ns: now,
+                    }
+                }
                 None => MetaOp::Extend {
                     ino,
                     size,
@@ -691,10 +694,9 @@ impl Store {
             self.set_busy(&mut inner, ino, false);
             return Err(e);
         }
-        let inode = inner.state.inode_mut(ino)?;
-        inode.size = size;
-        inode.mtime_ns = now;
-        inode.ctime_ns = now;
+        // The size changes when the block's write is recorded, with it (`SetAttr` in
+        // `record_piece`): changed here, a checkpoint taken meanwhile by another thread's
+        // commit would hold the new size with the old extents past it.
         let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
         of.inflight.push_back(Detached {
             buf: Arc::new(block),
