@@ -236,8 +236,7 @@ impl Runner {
     }
 }
 
-/// `valet-run` next to this executable; built with cargo when it is missing or predates
-/// the `one-stream` policy.
+/// `valet-run` next to this executable, brought up to date with cargo first.
 pub fn find_valet_run(self_exe: &Path) -> Result<PathBuf, String> {
     let path = self_exe.with_file_name("valet-run");
     let usable = |p: &Path| {
@@ -248,9 +247,8 @@ pub fn find_valet_run(self_exe: &Path) -> Result<PathBuf, String> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if usable(&path) {
-        return Ok(path);
-    }
+    // Always through cargo (a no-op when it is up to date): a valet-run older than the
+    // sources would put stale figures beside fresh ones.
     eprintln!(
         "report: building valet-run (cargo build --release -p valet-runtime --bin valet-run)"
     );
