@@ -5,7 +5,7 @@
 //! valet-run fs cat     [--device PATH] [--tenant T] GUEST_PATH
 //! valet-run fs import  [--device PATH] [--tenant T] [--zone-size MIB] [--zones N] [--max-open N] HOST_DIR GUEST_PATH
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
-//! valet-run fs fsck    [--device PATH]
+//! valet-run fs fsck    [--device PATH] [--deep]
 //! valet-run fs tenants [--device PATH]
 //! ```
 //!
@@ -95,6 +95,10 @@ pub enum FsCommand {
     Fsck {
         #[command(flatten)]
         store: StoreArgs,
+        /// Also read every live block and verify it against the checksum it was written
+        /// with.
+        #[arg(long)]
+        deep: bool,
     },
     /// List the tenants of the store.
     Tenants {
@@ -273,14 +277,25 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
                 .with_context(|| format!("export {guest} {}", host.display()))?;
             writeln!(out, "exported {copied}")?;
         }
-        FsCommand::Fsck { store } => {
+        FsCommand::Fsck { store, deep } => {
             let store = store.mount()?;
-            let report = store.fsck().context("fsck")?;
+            let report = match deep {
+                true => store.fsck_deep(),
+                false => store.fsck(),
+            }
+            .context("fsck")?;
             writeln!(
                 out,
                 "fsck: {} files, {} directories, {} extents, {} valid blocks",
                 report.files, report.dirs, report.extents, report.valid_blocks
             )?;
+            if deep {
+                writeln!(
+                    out,
+                    "fsck: {} blocks read and verified, {} without a checksum",
+                    report.verified_blocks, report.unverified_blocks
+                )?;
+            }
             for problem in &report.problems {
                 writeln!(out, "problem: {problem}")?;
             }

@@ -75,6 +75,20 @@ pub struct Stats {
     /// data block.
     #[serde(default)]
     pub inline_syncs: u64,
+    /// GC passes the background reclaimer ran (free zones below the low watermark).
+    #[serde(default)]
+    pub gc_background_passes: u64,
+    /// GC passes run on an allocating call because no zone outside the reserve was left
+    /// (the device really full, or the reclaimer behind).
+    #[serde(default)]
+    pub gc_foreground_passes: u64,
+    /// Written units whose data did not match its checksum when GC read it (the zone is
+    /// left alone; `fs fsck --deep` lists what is damaged).
+    #[serde(default)]
+    pub checksum_failures: u64,
+    /// The last of those, described.
+    #[serde(default)]
+    pub last_checksum_failure: Option<String>,
     /// device_bytes / host_bytes (1.0 when nothing was written).
     pub waf: f64,
     /// (device_bytes + meta_bytes) / host_bytes.

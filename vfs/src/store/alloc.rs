@@ -36,8 +36,8 @@ const MAX_INFLIGHT_WAITS: u32 = 10_000;
 pub(super) enum Need {
     /// A commit: zones whose data died become free once it is durable.
     Commit,
-    /// A GC pass; `eager` collects ahead of need (only victims worth it).
-    Collect { eager: bool },
+    /// A GC pass on the allocating call: no zone outside the reserve is left.
+    Collect,
     /// Writes in flight must complete first (a zone to seal is still being written).
     InFlight,
 }
@@ -53,16 +53,20 @@ impl Store {
         want: u32,
         for_gc: bool,
     ) -> Result<Reserved> {
-        let mut collected = false;
         // Waits for pinned zones to become resettable (bounded, see MAX_INFLIGHT_WAITS).
         let mut waits = 0;
         loop {
             let need = {
                 let mut inner = self.lock()?;
                 let patient = waits < MAX_INFLIGHT_WAITS;
-                match inner.try_allocate(key, hint, want, for_gc, collected, patient)? {
+                match inner.try_allocate(key, hint, want, for_gc, patient)? {
                     Ok(r) => {
                         self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
+                        let low = (inner.free.len() as u32) < inner.config.gc_low_zones;
+                        drop(inner);
+                        if low && !for_gc {
+                            self.shared.reclaimer.wake();
+                        }
                         return Ok(r);
                     }
                     Err(need) => match need {
@@ -79,9 +83,11 @@ impl Store {
             };
             match need {
                 Need::Commit => self.commit()?,
-                Need::Collect { eager } => {
-                    collected = true;
-                    self.collect(eager)?;
+                Need::Collect => {
+                    self.shared.reclaimer.wake();
+                    if self.collect(false)? {
+                        self.lock()?.counters.gc_foreground_passes += 1;
+                    }
                 }
                 Need::InFlight => {}
             }
@@ -95,33 +101,28 @@ impl Inner {
     }
 
     /// One allocation attempt under the lock: blocks reserved, or the work that must be
-    /// done first. Below the GC threshold it asks for one eager collection per allocation
-    /// (`collected` says it ran): spreading the work keeps a nearly full device from
-    /// re-compacting everything on every flush. Only when no zone is left outside the
-    /// reserve does it ask for collections until one frees.
+    /// done first. Collection ahead of need is the reclaimer's ([`super::reclaim`]); only
+    /// when no zone is left outside the reserve does an allocation ask for collections on
+    /// its own call until one frees.
     pub(super) fn try_allocate(
         &mut self,
         key: StreamKey,
         hint: &Hint,
         want: u32,
         for_gc: bool,
-        collected: bool,
         patient: bool,
     ) -> Result<std::result::Result<Reserved, Need>> {
         if !for_gc {
             self.current_group.insert(key, hint.group);
+            // At the reserve, a running GC pass may be filling a head zone it took from the
+            // reserve: writes that shared that zone could leave the pass no room to finish.
+            let at_reserve = self.free.len() as u32 <= self.config.gc_reserve_zones;
+            if at_reserve && patient && self.collecting.is_some() {
+                return Ok(Err(Need::InFlight));
+            }
         }
         if let Some(found) = self.use_head(key, hint, want)? {
             return Ok(Ok(self.reserve(found)));
-        }
-        let short = (self.free.len() as u32) < self.config.gc_threshold_zones;
-        if !for_gc && !collected && short {
-            if self.reset_need() == Some(Need::Commit) {
-                return Ok(Err(Need::Commit));
-            }
-            if self.gc_victim(self.blocks_per_zone() / 8).is_some() {
-                return Ok(Err(Need::Collect { eager: true }));
-            }
         }
         let reserve = if for_gc {
             0
@@ -154,8 +155,12 @@ impl Inner {
             Some(need) => return Ok(Err(need)),
             None => {}
         }
+        // Another pass is moving data out of a zone: its reset is the space to wait for.
+        if !for_gc && patient && self.collecting.is_some() {
+            return Ok(Err(Need::InFlight));
+        }
         if !for_gc && self.gc_victim(1).is_some() {
-            return Ok(Err(Need::Collect { eager: false }));
+            return Ok(Err(Need::Collect));
         }
         if self.retire_empty_heads() {
             return Ok(Err(Need::Commit));
@@ -173,11 +178,17 @@ impl Inner {
         )))
     }
 
+    /// Whether a zone waiting for its reset could be reset by a commit now.
+    pub(super) fn resettable_now(&self) -> bool {
+        self.reset_need() == Some(Need::Commit)
+    }
+
     /// What it takes to get the zones waiting for a reset back: a commit if one can be
     /// reset now, else the end of the reads and writes that still use them.
     fn reset_need(&self) -> Option<Need> {
         if self.to_reset.is_empty() {
-            return None;
+            // A commit is resetting zones now: they come back when it is done.
+            return (!self.resetting.is_empty()).then_some(Need::InFlight);
         }
         let ready = self.to_reset.iter().any(|&zone| {
             let z = zone as usize;

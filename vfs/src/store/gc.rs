@@ -2,7 +2,10 @@
 //! into the same stream's head zone; the victim is reset once the move is durable.
 //!
 //! A pass plans under the store's lock (victim, extents to move), then reads and writes
-//! with no lock held. Each moved extent is mapped only if the file still has exactly that
+//! with no lock held. Every extent is read with the units that cover it and checked
+//! against their checksums ([`super::checksum`]) before it is copied: a block that does not
+//! match is never copied under a fresh checksum. Its zone is left as it is (damaged, never
+//! chosen again), counted in the stats, and the pass ends. Each moved extent is mapped only if the file still has exactly that
 //! extent there when the copy lands: a file overwritten or deleted meanwhile keeps its new
 //! data, and the copy is simply dead.
 
@@ -40,6 +43,7 @@ impl Inner {
         (0..self.state.geometry.zone_count)
             .filter(|z| matches!(self.state.zones.owner[*z as usize], Some(ZoneUse::Data(_))))
             .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
+            .filter(|z| !self.damaged.contains(z) && self.collecting != Some(*z))
             .filter(|z| self.wp[*z as usize] >= cap && self.written[*z as usize] >= cap)
             .map(|z| (z, self.state.zones.valid_blocks(z) as u64))
             .collect()
@@ -70,7 +74,12 @@ impl Store {
     /// collecting.
     pub(super) fn collect(&self, eager: bool) -> Result<bool> {
         let (victim, key, hint, moving) = {
-            let inner = self.lock()?;
+            let mut inner = self.lock()?;
+            // One pass at a time: passes at once would each take GC's reserve of free
+            // zones for their copies. An allocation that finds one running waits for it.
+            if inner.collecting.is_some() {
+                return Ok(false);
+            }
             let min_gain = if eager {
                 inner.state.geometry.blocks_per_zone() / 8
             } else {
@@ -103,9 +112,15 @@ impl Store {
                 group,
                 ..Hint::zoned(key.stream)
             };
+            inner.collecting = Some(victim);
             (victim, key, hint, moving)
         };
-        self.move_extents(victim, key, &hint, moving)?;
+        let moved = self.move_extents(victim, key, &hint, moving);
+        if let Ok(mut inner) = self.lock() {
+            inner.collecting = None;
+        }
+        self.notify();
+        moved?;
         Ok(true)
     }
 
@@ -120,20 +135,26 @@ impl Store {
         for (ino, file_block, ext) in moving {
             // Read with the victim pinned (not reset under the reader), and only while the
             // pin is needed: the allocations below may need the victim's reset themselves.
-            {
+            let (units, complete) = {
                 let inner = self.lock()?;
                 if !maps(&inner, ino, file_block, ext) {
                     continue;
                 }
                 self.shared.pins[victim as usize].fetch_add(1, Ordering::AcqRel);
-            }
-            let mut data = vec![0u8; ext.len as usize * bs as usize];
-            let read = self
-                .shared
-                .device
-                .read(victim, ext.block as u64 * bs, &mut data);
+                inner.state.units.covering(victim, ext.block, ext.len)
+            };
+            let read = self.read_verified(victim, ext.block, ext.len, &units, complete);
             self.unpin(victim);
-            read?;
+            let data = match read? {
+                Ok((data, _)) => data,
+                Err(mismatch) => {
+                    let mut inner = self.lock()?;
+                    inner.damaged.insert(victim);
+                    inner.counters.checksum_failures += 1;
+                    inner.counters.last_checksum_failure = Some(mismatch.to_string());
+                    return Ok(());
+                }
+            };
             let mut done = 0u32;
             while done < ext.len {
                 let r = self.allocate(key, hint, ext.len - done, true)?;

@@ -4,7 +4,9 @@
 //! and the only place it changes; [`data`] the file data path (windows, flushes, reads);
 //! [`commit`] group commit; [`writer`] the background writer of full buffers; [`namespace`]
 //! paths and directory operations; [`alloc`] the ZNS resolver and zone lifecycle; [`gc`]
-//! reclaim; [`mount`] recovery; [`fsck`] the invariant checker; [`inline`] small synced
+//! one collection pass; [`reclaim`] the thread that runs passes in the background against
+//! free-zone watermarks; [`checksum`] the crc of every written unit, which GC and the deep
+//! fsck verify; [`mount`] recovery; [`fsck`] the invariant checker; [`inline`] small synced
 //! tails that travel in journal records until their window reaches a data zone.
 //!
 //! # Concurrency: who owns what
@@ -33,7 +35,14 @@
 //!   parallel. A zone is reset only when no reader or writer holds a pin on it (`pins`,
 //!   taken under `inner`, dropped without it) and no write to it is in flight.
 //! - **Commits** ([`commit`]): the leader takes pending operations under `inner`, then
-//!   writes the journal and flushes the device with no lock held.
+//!   writes the journal and flushes the device with no lock held. The zones it will reset
+//!   after the flush are listed in `resetting` meanwhile, so that an allocation waits for
+//!   them instead of reporting ENOSPC.
+//! - **GC** ([`gc`], [`reclaim`]): one pass at a time (`collecting` names its victim). The
+//!   reclaimer thread runs passes when free zones fall below the low watermark; an
+//!   allocation runs one itself only when no zone outside the reserve is left and no pass is
+//!   running. While a pass runs at the reserve, other allocations wait for it: the zone it
+//!   copies into may be the reserve itself. A pass reads its victim pinned, with no lock.
 //! - **Placement calls and events** happen with no lock held: hints are decided before the
 //!   namespace lock is taken (and checked again after), events are queued under `inner`
 //!   and delivered after it is released.
@@ -43,6 +52,7 @@
 
 mod alloc;
 mod buffer;
+mod checksum;
 mod commit;
 mod conventional;
 mod data;
@@ -54,6 +64,7 @@ mod inline;
 pub(crate) mod journal;
 mod mount;
 mod namespace;
+mod reclaim;
 pub(crate) mod state;
 mod writer;
 pub(crate) mod zone_map;
@@ -86,8 +97,14 @@ pub struct StoreConfig {
     pub buffers: usize,
     /// Size of each buffer: the largest extent a flush writes (≤ 512 KiB, block multiple).
     pub buffer_size: usize,
-    /// Start migrating data when fewer free zones than this remain.
-    pub gc_threshold_zones: u32,
+    /// The reclaimer starts collecting when fewer free zones than this remain (the low
+    /// watermark)...
+    pub gc_low_zones: u32,
+    /// ...and stops once this many are free (the high watermark).
+    pub gc_high_zones: u32,
+    /// Most of the device's time the reclaimer takes while the device is not short (it
+    /// rests in proportion to its passes).
+    pub gc_share_percent: u8,
     /// Free zones only GC may take, so that a full device can always make progress.
     pub gc_reserve_zones: u32,
     /// Host directory of the conventional area. Without one, files a policy marks
@@ -102,7 +119,9 @@ impl Default for StoreConfig {
         StoreConfig {
             buffers: 64,
             buffer_size: 512 * 1024,
-            gc_threshold_zones: 3,
+            gc_low_zones: 3,
+            gc_high_zones: 5,
+            gc_share_percent: 50,
             gc_reserve_zones: 1,
             conventional_dir: None,
             max_pending_ops: 4096,
@@ -221,6 +240,12 @@ struct Counters {
     background_flushes: u64,
     /// Syncs whose tail went inline in the journal.
     inline_syncs: u64,
+    /// Units whose data did not match their checksum when GC read them.
+    checksum_failures: u64,
+    last_checksum_failure: Option<String>,
+    /// GC passes run by the reclaimer, and on allocating calls.
+    gc_background_passes: u64,
+    gc_foreground_passes: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -262,6 +287,13 @@ struct Inner {
     free: BTreeSet<ZoneId>,
     /// Zones whose data all died; reset after the next commit makes that durable.
     to_reset: BTreeSet<ZoneId>,
+    /// Zones where GC found data that does not match its checksum: left as they are for
+    /// fsck and the operator, never collected.
+    damaged: BTreeSet<ZoneId>,
+    /// Zones a commit took from `to_reset` and is resetting now (after its flush).
+    resetting: BTreeSet<ZoneId>,
+    /// The victim a GC pass is moving data out of now (one pass runs at a time).
+    collecting: Option<ZoneId>,
     conv: Option<ConventionalArea>,
     counters: Counters,
     tick: u64,
@@ -289,6 +321,8 @@ struct Shared {
     placements: Arc<Placements>,
     /// Hands full buffers to the background writer.
     writer: writer::Queue,
+    /// Collects zones in the background when free zones run low.
+    reclaimer: reclaim::Reclaimer,
     /// Store handles held by users (file handles included).
     users: std::sync::atomic::AtomicUsize,
 }
@@ -345,6 +379,7 @@ impl Drop for Store {
     fn drop(&mut self) {
         if self.user && self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.writer.stop();
+            self.shared.reclaimer.stop();
         }
     }
 }
@@ -401,9 +436,14 @@ impl Store {
             device,
             placements,
             writer: writer::Queue::default(),
+            reclaimer: reclaim::Reclaimer::default(),
             users: std::sync::atomic::AtomicUsize::new(1),
         });
         shared.writer.start(Store {
+            shared: shared.clone(),
+            user: false,
+        });
+        shared.reclaimer.start(Store {
             shared: shared.clone(),
             user: false,
         });
@@ -518,6 +558,8 @@ impl Store {
                 let mut inner = self.lock()?;
                 upto = inner.changes;
                 let resets = std::mem::take(&mut inner.to_reset);
+                // Allocations that need space meanwhile wait for these resets, not ENOSPC.
+                inner.resetting.extend(resets.iter().copied());
                 if inner.pending.is_empty() && !inner.unsynced_writes {
                     (None, None, resets)
                 } else {
@@ -528,7 +570,7 @@ impl Store {
                     // from the state exactly as of these operations.
                     let snapshot = match journal.fits(record.len())? {
                         true => None,
-                        false => Some((inner.state.snapshot(), inner.state.inline_ops())),
+                        false => Some((inner.state.snapshot(), inner.state.carried_ops())),
                     };
                     (Some(record), snapshot, resets)
                 }
@@ -558,7 +600,14 @@ impl Store {
         };
         match run() {
             Ok(()) => Led::Durable(upto),
-            Err(e) => Led::Failed(upto, e.to_string()),
+            Err(e) => {
+                // Zones this commit did not get to reset wait for the next one.
+                if let Ok(mut inner) = self.lock() {
+                    let left = std::mem::take(&mut inner.resetting);
+                    inner.to_reset.extend(left);
+                }
+                Led::Failed(upto, e.to_string())
+            }
         }
     }
 
@@ -571,7 +620,7 @@ impl Store {
         let ready: Vec<ZoneId> = {
             let mut inner = self.lock()?;
             let mut ready = Vec::new();
-            for zone in zones {
+            for &zone in &zones {
                 let z = zone as usize;
                 if inner.state.zones.valid_blocks(zone) != 0 || inner.free.contains(&zone) {
                     continue;
@@ -596,6 +645,9 @@ impl Store {
             }
         }
         let mut inner = self.lock()?;
+        for zone in &zones {
+            inner.resetting.remove(zone);
+        }
         for zone in done {
             inner.zone_emptied(zone)?;
         }
@@ -1193,6 +1245,10 @@ impl Inner {
             buffer_wait_ns: self.counters.buffer_wait_ns,
             background_flushes: self.counters.background_flushes,
             inline_syncs: self.counters.inline_syncs,
+            gc_background_passes: self.counters.gc_background_passes,
+            gc_foreground_passes: self.counters.gc_foreground_passes,
+            checksum_failures: self.counters.checksum_failures,
+            last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,
             zone_finishes: self.counters.finishes,
             device_syncs: self.counters.syncs,

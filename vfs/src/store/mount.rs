@@ -144,6 +144,9 @@ pub(super) fn mount(
         seal_pending: vec![false; zones],
         free: BTreeSet::new(),
         to_reset: BTreeSet::new(),
+        damaged: BTreeSet::new(),
+        collecting: None,
+        resetting: BTreeSet::new(),
         conv,
         counters: Counters::default(),
         tick: 0,
@@ -161,7 +164,7 @@ pub(super) fn mount(
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
     inner.device.sync()?;
-    journal.checkpoint(&inner.state.snapshot(), &inner.state.inline_ops())?;
+    journal.checkpoint(&inner.state.snapshot(), &inner.state.carried_ops())?;
     inner.device.sync()?;
     journal.retire_previous()?;
     inner.pending.clear();

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::checksum::{Unit, Units};
 use super::extent_map::{Extent, ExtentMap};
 use super::inline::InlineTails;
 use super::zone_map::{ZoneMap, ZoneUse};
@@ -134,6 +135,12 @@ pub enum MetaOp {
         ino: Ino,
         gen: u64,
     },
+    /// The written units of a zone with their checksums, carried by a checkpoint (the live
+    /// path records each with its [`MetaOp::MapExtent`]); see [`super::checksum`].
+    Units {
+        zone: ZoneId,
+        units: Vec<Unit>,
+    },
 }
 
 /// What a checkpoint holds: everything but the derived zone validity.
@@ -160,6 +167,8 @@ pub struct State {
     /// Synced bytes that live only in the journal (see [`MetaOp::Inline`]). A running store
     /// holds the same bytes in the files' windows; after a crash, mount writes them back.
     pub inline: InlineTails,
+    /// The checksum of every written unit that still holds live blocks.
+    pub units: Units,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -177,6 +186,7 @@ impl State {
             emptied: Vec::new(),
             names: HashMap::new(),
             inline: InlineTails::default(),
+            units: Units::new(geometry.zone_count),
         }
     }
 
@@ -273,13 +283,24 @@ impl State {
                 ino,
                 file_block,
                 extent,
-                ..
+                crc,
             } => {
+                if extent.zone >= self.geometry.zone_count
+                    || extent.block as u64 + extent.len as u64 > self.geometry.blocks_per_zone()
+                {
+                    return corrupt(format!("inode {ino} maps outside the device"));
+                }
                 let displaced = self.inode_mut(*ino)?.extents.insert(*file_block, *extent);
                 for ext in displaced {
                     self.invalidate(ext);
                 }
                 self.zones.mark_valid(extent.zone, extent.block, extent.len);
+                let unit = Unit {
+                    block: extent.block,
+                    len: extent.len,
+                    crc: *crc,
+                };
+                self.units.add(extent.zone, unit);
             }
             MetaOp::SetAttr {
                 ino,
@@ -318,6 +339,16 @@ impl State {
                 self.inline.add(*ino, *gen, *offset, data);
             }
             MetaOp::InlineDone { ino, gen } => self.inline.done(*ino, *gen),
+            MetaOp::Units { zone, units } => {
+                let blocks = self.geometry.blocks_per_zone();
+                self.zone_slot(*zone)?;
+                for unit in units {
+                    if unit.block as u64 + unit.len as u64 > blocks {
+                        return corrupt(format!("checksum unit outside zone {zone}"));
+                    }
+                    self.units.add(*zone, *unit);
+                }
+            }
             MetaOp::Extend {
                 ino,
                 size,
@@ -344,6 +375,7 @@ impl State {
                     return corrupt(format!("release of zone {zone} that holds data"));
                 }
                 *self.zone_slot(*zone)? = None;
+                self.units.clear(*zone);
             }
         }
         Ok(())
@@ -358,15 +390,23 @@ impl State {
 
     fn invalidate(&mut self, ext: Extent) {
         self.zones.mark_invalid(ext.zone, ext.block, ext.len);
+        self.units.prune(ext.zone, ext.block, ext.len, &self.zones);
         if self.zones.valid_blocks(ext.zone) == 0 {
             self.emptied.push(ext.zone);
         }
     }
 
-    /// The inline bytes as operations, for a checkpoint to carry (a snapshot holds inodes,
-    /// not the journal's inline bytes).
-    pub fn inline_ops(&self) -> Vec<MetaOp> {
+    /// What a checkpoint carries besides its snapshot, as operations: the inline bytes (a
+    /// snapshot holds inodes, not the journal's inline bytes) and the checksum units of
+    /// the zones that hold data.
+    pub fn carried_ops(&self) -> Vec<MetaOp> {
         let mut ops = Vec::new();
+        for zone in 0..self.geometry.zone_count {
+            let units = self.units.of_zone(zone);
+            if !units.is_empty() {
+                ops.push(MetaOp::Units { zone, units });
+            }
+        }
         for (ino, pieces) in self.inline.files() {
             let Some(inode) = self.inodes.get(&ino) else {
                 continue;

@@ -1,0 +1,160 @@
+//! The reclaimer: GC in the background, against free-zone watermarks.
+//!
+//! When an allocation leaves fewer than [`StoreConfig::gc_low_zones`] zones free, it wakes
+//! the reclaimer's thread and goes on. The reclaimer makes durable what lets emptied zones
+//! be reset (a commit), then collects victims worth it (ones that free an eighth of a zone
+//! or more) until [`StoreConfig::gc_high_zones`] zones are free or nothing is worth moving.
+//!
+//! It is throttled: after each pass it rests in proportion to the time the pass took, so
+//! that it takes at most [`StoreConfig::gc_share_percent`] of the device's time while the
+//! device is not short. Only when no zone outside the reserve is left (the device really
+//! full, or the reclaimer behind) does an allocation collect on its own call, as before
+//! (`gc_foreground_passes` counts those).
+//!
+//! One GC pass runs at a time (`Inner::collecting` names its victim): passes at once would
+//! each take GC's reserve of free zones for their copies. An allocation that needs space
+//! while the reclaimer's pass runs waits for it, rather than start another or report ENOSPC.
+//!
+//! The thread holds a non-user handle of the store; dropping the last user handle stops it
+//! (see [`Reclaimer::stop`]), as it does the background writer.
+//!
+//! [`StoreConfig::gc_low_zones`]: super::StoreConfig::gc_low_zones
+//! [`StoreConfig::gc_high_zones`]: super::StoreConfig::gc_high_zones
+//! [`StoreConfig::gc_share_percent`]: super::StoreConfig::gc_share_percent
+
+use std::sync::{Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::Store;
+
+/// What the allocations tell the reclaimer.
+#[derive(Default)]
+struct Signal {
+    wanted: bool,
+    stop: bool,
+}
+
+/// The reclaimer's signal and thread, kept in the store.
+#[derive(Default)]
+pub(super) struct Reclaimer {
+    signal: Mutex<Signal>,
+    wake: Condvar,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Reclaimer {
+    /// Starts the thread; `store` is its own handle to the store.
+    pub fn start(&self, store: Store) {
+        let thread = std::thread::Builder::new()
+            .name("valet-reclaim".into())
+            .spawn(move || run(store))
+            .expect("spawning the store's reclaimer thread");
+        *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+    }
+
+    /// Asks for a round of reclaiming (free zones fell below the low watermark).
+    pub fn wake(&self) {
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        if !signal.wanted {
+            signal.wanted = true;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Stops the thread after its current pass and waits for it.
+    pub fn stop(&self) {
+        self.signal.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+        self.wake.notify_one();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = thread {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// Waits for a wake-up; false once the store is stopping.
+    fn wait_for_work(&self) -> bool {
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        while !signal.wanted && !signal.stop {
+            signal = self.wake.wait(signal).unwrap_or_else(|p| p.into_inner());
+        }
+        signal.wanted = false;
+        !signal.stop
+    }
+
+    /// Rests for `time` unless the store stops meanwhile; false once it is stopping.
+    fn rest(&self, time: Duration) -> bool {
+        let deadline = Instant::now() + time;
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        while !signal.stop {
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            signal = self
+                .wake
+                .wait_timeout(signal, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        false
+    }
+}
+
+fn run(store: Store) {
+    let reclaimer = &store.shared.reclaimer;
+    while reclaimer.wait_for_work() {
+        loop {
+            let started = Instant::now();
+            // A failure here (a device error, a stopped store) is met again, and reported,
+            // by the allocation that needs the space; the reclaimer only waits for the next
+            // wake-up.
+            let Ok(progress) = store.reclaim_pass() else {
+                break;
+            };
+            if !progress {
+                break;
+            }
+            let share = store.config_gc_share().clamp(1, 100) as u32;
+            let rest = started.elapsed() * (100 - share) / share;
+            if !reclaimer.rest(rest) {
+                return;
+            }
+        }
+    }
+}
+
+impl Store {
+    /// One step of the reclaimer: a commit when emptied zones wait for one, else one GC
+    /// pass while fewer than the high watermark of zones are free. Returns whether it did
+    /// anything (and should be called again).
+    fn reclaim_pass(&self) -> crate::Result<bool> {
+        let (commit, collect, free) = {
+            let inner = self.lock()?;
+            let below_high = (inner.free.len() as u32) < inner.config.gc_high_zones;
+            let commit = inner.resettable_now();
+            (commit, below_high && !commit, inner.free.len())
+        };
+        if commit {
+            self.commit()?;
+            // A commit with nothing new to make durable resets nothing: no progress then
+            // (the next commit of anyone's sync does it).
+            return Ok(self.lock()?.free.len() > free);
+        }
+        if !collect {
+            return Ok(false);
+        }
+        let moved = self.collect(true)?;
+        if moved {
+            self.lock()?.counters.gc_background_passes += 1;
+        }
+        Ok(moved)
+    }
+
+    fn config_gc_share(&self) -> u8 {
+        self.lock()
+            .map_or(100, |inner| inner.config.gc_share_percent)
+    }
+}
