@@ -54,6 +54,9 @@ impl Default for Limits {
     }
 }
 
+/// Wall-clock bound of loading a policy (its calls are bounded by fuel too).
+const LOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How often the policy engine's epoch advances: the granularity of call deadlines.
 const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -215,9 +218,13 @@ impl PolicyInstance {
         store.limiter(|s| &mut s.limits);
         let fuel = policy.limits.fuel_per_call;
         let ticks = policy.limits.deadline_ms.max(1) / EPOCH_TICK.as_millis() as u64;
+        // Loading (instantiation, the ABI handshake, `valet_init`) runs once, before any
+        // placement waits on it: fuel bounds it, and a deadline meant for placement calls
+        // would refuse a sound policy on a loaded machine or in a debug build.
+        let load_ticks = (LOAD_DEADLINE.as_millis() / EPOCH_TICK.as_millis()) as u64;
         store.set_fuel(fuel)?;
         store.epoch_deadline_trap();
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(load_ticks);
         let instance = Instance::new(&mut store, &policy.module, &[])
             .map_err(|e| anyhow!("policy {name}: start failed: {}", trap_line(&e)))?;
         let memory = instance
@@ -225,7 +232,7 @@ impl PolicyInstance {
             .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
         let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(load_ticks);
             instance
                 .get_typed_func::<(), i32>(&mut *store, export)?
                 .call(&mut *store, ())
@@ -244,7 +251,7 @@ impl PolicyInstance {
         }
         if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(load_ticks);
             init.call(&mut store, max_streams as i32)
                 .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
         }

@@ -150,6 +150,7 @@ impl Inner {
                 blocks,
             })));
         }
+        self.retire_full_heads();
         match self.reset_need() {
             Some(Need::InFlight) if !patient => {}
             Some(need) => return Ok(Err(need)),
@@ -166,6 +167,11 @@ impl Inner {
             return Ok(Err(Need::Commit));
         }
         if self.seal_pending.iter().any(|&s| s) {
+            return Ok(Err(Need::InFlight));
+        }
+        // Writes of other threads still in flight: the zones they fill become collectable
+        // when they land (no thread allocates while it holds an unwritten reservation).
+        if patient && self.written.iter().zip(&self.wp).any(|(w, r)| w < r) {
             return Ok(Err(Need::InFlight));
         }
         if let Some(r) = self.borrow_head(key, want) {
@@ -387,6 +393,21 @@ impl Inner {
             self.retire_head(*key);
         }
         !empty.is_empty()
+    }
+
+    /// Retires the head zones that are full: a stream retires its head when it next writes,
+    /// but a stream that stopped writing would keep a full zone out of GC's reach forever.
+    pub(super) fn retire_full_heads(&mut self) {
+        let cap = self.blocks_per_zone();
+        let full: Vec<StreamKey> = self
+            .heads
+            .iter()
+            .filter(|(_, h)| self.wp[h.zone as usize] >= cap)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in full {
+            self.retire_head(key);
+        }
     }
 
     /// Stops appending to `key`'s head zone; if none of its data is live any more, it is

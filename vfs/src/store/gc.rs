@@ -63,8 +63,24 @@ impl Inner {
         sealed
             .into_iter()
             .filter(|&(_, valid)| cap - valid >= min_gain.max(1))
+            .filter(|&(z, valid)| valid <= self.gc_room(z))
             .min_by_key(|&(_, valid)| valid)
             .map(|(z, _)| z)
+    }
+
+    /// Blocks a pass collecting `victim` can copy into: what is left of its stream's head
+    /// zone, plus a zone if one is free. A pass must be able to finish, or it would take
+    /// space and free none.
+    fn gc_room(&self, victim: ZoneId) -> u64 {
+        let cap = self.state.geometry.blocks_per_zone();
+        let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
+            return 0;
+        };
+        let head = self
+            .heads
+            .get(&key)
+            .map_or(0, |h| cap.saturating_sub(self.wp[h.zone as usize]));
+        head + if self.free.is_empty() { 0 } else { cap }
     }
 }
 
@@ -85,6 +101,7 @@ impl Store {
             } else {
                 1
             };
+            inner.retire_full_heads();
             let Some(victim) = inner.gc_victim(min_gain) else {
                 return Ok(false);
             };
