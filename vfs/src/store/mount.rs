@@ -161,7 +161,7 @@ pub(super) fn mount(
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
     inner.device.sync()?;
-    journal.checkpoint(&inner.state.snapshot(), &inner.state.inline_ops())?;
+    journal.checkpoint(&inner.state.snapshot(), &inner.state.carry_ops())?;
     inner.device.sync()?;
     journal.retire_previous()?;
     inner.pending.clear();

@@ -21,14 +21,17 @@ pub type Ino = u64;
 /// Identifies a tenant: an application with its own namespace and streams.
 pub type TenantId = u32;
 
-/// File or directory.
+/// File, directory or symbolic link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
     File,
     Dir,
+    /// Its target is in [`State::symlinks`] (set by [`MetaOp::Symlink`]); its size is the
+    /// target's length.
+    Symlink,
 }
 
-/// A file or directory.
+/// A file, directory or symbolic link.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Inode {
     pub kind: FileKind,
@@ -134,6 +137,12 @@ pub enum MetaOp {
         ino: Ino,
         gen: u64,
     },
+    /// Sets the target of a symbolic link made by `CreateInode` (a checkpoint carries one
+    /// per link, since a [`Snapshot`] holds no targets).
+    Symlink {
+        ino: Ino,
+        target: String,
+    },
 }
 
 /// What a checkpoint holds: everything but the derived zone validity.
@@ -160,6 +169,8 @@ pub struct State {
     /// Synced bytes that live only in the journal (see [`MetaOp::Inline`]). A running store
     /// holds the same bytes in the files' windows; after a crash, mount writes them back.
     pub inline: InlineTails,
+    /// The target of each symbolic link.
+    pub symlinks: HashMap<Ino, String>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -177,6 +188,7 @@ impl State {
             emptied: Vec::new(),
             names: HashMap::new(),
             inline: InlineTails::default(),
+            symlinks: HashMap::new(),
         }
     }
 
@@ -265,6 +277,7 @@ impl State {
                 };
                 self.names.remove(ino);
                 self.inline.remove(*ino);
+                self.symlinks.remove(ino);
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
                 }
@@ -318,6 +331,14 @@ impl State {
                 self.inline.add(*ino, *gen, *offset, data);
             }
             MetaOp::InlineDone { ino, gen } => self.inline.done(*ino, *gen),
+            MetaOp::Symlink { ino, target } => {
+                let inode = self.inode_mut(*ino)?;
+                if inode.kind != FileKind::Symlink {
+                    return corrupt(format!("symlink target for inode {ino}, not a symlink"));
+                }
+                inode.size = target.len() as u64;
+                self.symlinks.insert(*ino, target.clone());
+            }
             MetaOp::Extend {
                 ino,
                 size,
@@ -382,6 +403,19 @@ impl State {
                 });
             }
         }
+        ops
+    }
+
+    /// What a checkpoint carries after its snapshot: the inline bytes and the symlink
+    /// targets, which the snapshot's inodes do not hold.
+    pub fn carry_ops(&self) -> Vec<MetaOp> {
+        let mut ops = self.inline_ops();
+        let mut links: Vec<(&Ino, &String)> = self.symlinks.iter().collect();
+        links.sort();
+        ops.extend(links.into_iter().map(|(&ino, target)| MetaOp::Symlink {
+            ino,
+            target: target.clone(),
+        }));
         ops
     }
 
