@@ -94,7 +94,7 @@ impl StoreDir {
                 return Err(Errno::EXIST);
             }
             if kind == FileKind::Symlink {
-                return Err(if want_dir { Errno::NOTDIR } else { Errno::LOOP });
+                return Err(Errno::LOOP);
             }
             if kind == FileKind::Dir {
                 if write {

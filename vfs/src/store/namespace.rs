@@ -352,11 +352,18 @@ impl Inner {
             .entries
             .get(&name)
             .ok_or(Error::NotFound)?;
-        if self.state.inode(ino)?.kind == FileKind::Dir {
+        let kind = self.state.inode(ino)?.kind;
+        if kind == FileKind::Dir {
             return Err(Error::IsDir);
         }
         if path.ends_with('/') {
-            return Err(Error::NotDir);
+            // `unlink link/` names what the link leads to (as wasmtime answers).
+            let to_dir = kind == FileKind::Symlink
+                && self
+                    .state
+                    .lookup(dir, path)
+                    .is_ok_and(|i| self.state.inode(i).is_ok_and(|i| i.kind == FileKind::Dir));
+            return Err(if to_dir { Error::IsDir } else { Error::NotDir });
         }
         let full = self.state.path_of_new(parent, &name);
         self.drop_link(parent, &name, ino, &full)?;
