@@ -806,7 +806,8 @@ impl Store {
         let mut decided: Option<(OpenReason, String, Hint)> = None;
         // A final link is followed (a dangling one to create its target, as `open` does),
         // except by an exclusive create, for which any existing name is EEXIST.
-        let follow = !opts.nofollow && !(opts.create && opts.exclusive);
+        let exclusive = opts.create && opts.exclusive;
+        let follow = !(opts.nofollow || exclusive);
         loop {
             let mut inner = self.lock()?;
             let resolved = inner.state.resolve(dir, path, follow)?;
