@@ -15,6 +15,11 @@
 //! file the guest wrote as `/data/db/000001.log` (mount `/data`) is `/db/000001.log` here.
 //! Paths are resolved by the store, so `..` cannot leave the tenant.
 //!
+//! Symbolic links travel as links: `import` makes a store link of each host link with a
+//! relative target (an absolute one would lead out of the store, which refuses it: such a
+//! link is skipped with a warning), `export` makes a host link of each store link, and `ls`
+//! shows them as `l ... name -> target`. Links are never followed inside a tree.
+//!
 //! Only `import` creates a store: into an image device that does not exist yet it creates
 //! one, as the first `valet-run` does (with the same `--zone-size`, `--zones` and
 //! `--max-open`); every other command fails on a device without a store. `import` is also
@@ -40,7 +45,8 @@ const CHUNK: usize = 512 * 1024;
 /// The `fs` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum FsCommand {
-    /// List a directory of the store like `ls -l`: kind (`d` or `-`), size, name.
+    /// List a directory of the store like `ls -l`: kind (`d`, `-` or `l`), size, name (and a
+    /// link's target).
     Ls {
         #[command(flatten)]
         store: StoreArgs,
@@ -286,8 +292,8 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             .context("fsck")?;
             writeln!(
                 out,
-                "fsck: {} files, {} directories, {} extents, {} valid blocks",
-                report.files, report.dirs, report.extents, report.valid_blocks
+                "fsck: {} files, {} directories, {} symlinks, {} extents, {} valid blocks",
+                report.files, report.dirs, report.symlinks, report.extents, report.valid_blocks
             )?;
             if deep {
                 writeln!(
@@ -345,6 +351,7 @@ fn relative(path: &str) -> &str {
 pub struct Copied {
     pub files: u64,
     pub dirs: u64,
+    pub symlinks: u64,
     pub bytes: u64,
 }
 
@@ -352,8 +359,8 @@ impl std::fmt::Display for Copied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} files, {} directories, {} bytes",
-            self.files, self.dirs, self.bytes
+            "{} files, {} directories, {} symlinks, {} bytes",
+            self.files, self.dirs, self.symlinks, self.bytes
         )
     }
 }
@@ -362,7 +369,16 @@ fn kind_char(kind: FileKind) -> char {
     match kind {
         FileKind::Dir => 'd',
         FileKind::File => '-',
+        FileKind::Symlink => 'l',
     }
+}
+
+/// ` -> target` for a link named `name` in `dir`, nothing for anything else.
+fn arrow(store: &Store, dir: Ino, name: &str, kind: FileKind) -> Result<String> {
+    Ok(match kind {
+        FileKind::Symlink => format!(" -> {}", store.read_link(dir, name)?),
+        _ => String::new(),
+    })
 }
 
 /// `ls -l` of a directory (or of one file), optionally recursive.
@@ -373,10 +389,13 @@ pub fn ls(
     recursive: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let ino = store.lookup(root, relative(path))?;
+    let rel = relative(path);
+    // As `ls -l`: a link is shown, not followed, unless the path ends in `/`.
+    let ino = store.lookup_at(root, rel, false)?;
     let meta = store.metadata(ino)?;
-    if meta.kind == FileKind::File {
-        writeln!(out, "- {:>12} {}", meta.size, path)?;
+    if meta.kind != FileKind::Dir {
+        let to = arrow(store, root, rel, meta.kind)?;
+        writeln!(out, "{} {:>12} {path}{to}", kind_char(meta.kind), meta.size)?;
         return Ok(());
     }
     ls_dir(store, ino, "", recursive, out)
@@ -393,9 +412,10 @@ fn ls_dir(
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for e in &entries {
         let meta = store.metadata(e.ino)?;
+        let to = arrow(store, dir, &e.name, meta.kind)?;
         writeln!(
             out,
-            "{} {:>12} {prefix}{}",
+            "{} {:>12} {prefix}{}{to}",
             kind_char(meta.kind),
             meta.size,
             e.name
@@ -457,7 +477,8 @@ fn mtime_ns(meta: &fs::Metadata) -> Option<u64> {
 }
 
 /// Copies `host` (a directory's contents, or one file) into the store directory `guest`.
-/// Host symlinks and special files are skipped with a warning (the store has neither).
+/// Host symlinks become store symlinks (those with an absolute target are skipped with a
+/// warning, as are special files: the store has neither).
 pub fn import(store: &Store, root: Ino, host: &Path, guest: &str) -> Result<Copied> {
     let mut copied = Copied::default();
     let meta = fs::metadata(host).with_context(|| format!("cannot read {}", host.display()))?;
@@ -498,6 +519,8 @@ fn import_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Resu
             import_dir(store, sub, &path, copied)?;
         } else if kind.is_file() {
             import_file(store, dir, &name, &path, copied)?;
+        } else if kind.is_symlink() {
+            import_symlink(store, dir, &name, &path, copied)?;
         } else {
             eprintln!(
                 "valet-run: warning: skipping {} (not a file or directory)",
@@ -505,6 +528,42 @@ fn import_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Resu
             );
         }
     }
+    Ok(())
+}
+
+/// A host link as a store link (replacing a link of that name; never a file or directory).
+fn import_symlink(
+    store: &Store,
+    dir: Ino,
+    name: &str,
+    host: &Path,
+    copied: &mut Copied,
+) -> Result<()> {
+    let target = fs::read_link(host).with_context(|| format!("cannot read {}", host.display()))?;
+    let Some(target) = target.to_str() else {
+        bail!(
+            "{}: the store keeps UTF-8 link targets only",
+            host.display()
+        );
+    };
+    if target.starts_with('/') {
+        eprintln!(
+            "valet-run: warning: skipping {} (a link to the absolute path {target}, which \
+             would lead out of the store)",
+            host.display()
+        );
+        return Ok(());
+    }
+    match store.lookup_at(dir, name, false) {
+        Ok(ino) if store.metadata(ino)?.kind == FileKind::Symlink => store.unlink(dir, name)?,
+        Ok(_) => bail!("{name} exists in the store and is not a symlink"),
+        Err(valet_vfs::Error::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    store
+        .symlink(dir, target, name)
+        .with_context(|| format!("creating the link {name} in the store"))?;
+    copied.symlinks += 1;
     Ok(())
 }
 
@@ -518,10 +577,12 @@ fn import_file(
     let mut src =
         fs::File::open(host).with_context(|| format!("cannot open {}", host.display()))?;
     let meta = src.metadata()?;
+    // Never write through a link of that name.
     let opts = OpenOptions {
         write: true,
         create: true,
         truncate: true,
+        nofollow: true,
         ..Default::default()
     };
     let file = store
@@ -604,9 +665,11 @@ fn export_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Resu
         let path = host.join(safe_name(&e.name)?);
         match e.kind {
             FileKind::Dir => {
+                let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
                 match fs::create_dir(&path) {
                     Ok(()) => copied.dirs += 1,
-                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                    // A host link to a directory is not followed out of HOST_DIR.
+                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists && is_dir(&path) => {}
                     Err(err) => {
                         return Err(err)
                             .with_context(|| format!("cannot create {}", path.display()))
@@ -615,8 +678,31 @@ fn export_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Resu
                 export_dir(store, e.ino, &path, copied)?;
             }
             FileKind::File => export_file(store, dir, &e.name, &path, copied)?,
+            FileKind::Symlink => export_symlink(store, dir, &e.name, &path, copied)?,
         }
     }
+    Ok(())
+}
+
+/// A store link as a host link (replacing a host link or file of that name).
+fn export_symlink(
+    store: &Store,
+    dir: Ino,
+    name: &str,
+    host: &Path,
+    copied: &mut Copied,
+) -> Result<()> {
+    let target = store.read_link(dir, name)?;
+    match fs::symlink_metadata(host) {
+        Ok(m) if !m.is_dir() => {
+            fs::remove_file(host).with_context(|| format!("cannot replace {}", host.display()))?
+        }
+        Ok(_) => bail!("{} exists and is a directory", host.display()),
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(&target, host)
+        .with_context(|| format!("cannot create the link {}", host.display()))?;
+    copied.symlinks += 1;
     Ok(())
 }
 

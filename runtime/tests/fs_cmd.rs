@@ -210,6 +210,97 @@ fn a_tree_goes_in_and_comes_back_out_byte_for_byte() {
     assert!(stdout(&out).contains("default"), "{}", stdout(&out));
 }
 
+/// Every path under `root`, links as links: (kind, content or target).
+fn snapshot_links(root: &Path) -> BTreeMap<PathBuf, (char, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let seen = if meta.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                ('l', target.into_os_string().into_encoded_bytes())
+            } else if meta.is_dir() {
+                stack.push(path);
+                ('d', Vec::new())
+            } else {
+                ('-', std::fs::read(&path).unwrap())
+            };
+            out.insert(rel, seen);
+        }
+    }
+    out
+}
+
+#[test]
+fn symlinks_go_in_and_come_back_out_as_links() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src, dst) = (
+        tmp.path().join("dev"),
+        tmp.path().join("src"),
+        tmp.path().join("dst"),
+    );
+    new_store(&dev);
+    std::fs::create_dir_all(src.join("d/e")).unwrap();
+    std::fs::write(src.join("d/e/f.txt"), b"linked to\n").unwrap();
+    symlink("d/e/f.txt", src.join("to-file")).unwrap();
+    symlink("d", src.join("to-dir")).unwrap();
+    symlink("../../nowhere", src.join("d/e/dangling")).unwrap();
+    symlink("../f.txt", src.join("d/e/up")).unwrap();
+    symlink("/etc/passwd", src.join("absolute")).unwrap();
+
+    let out = fs(&dev, &["import", src.to_str().unwrap(), "/in"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("imported 1 files, 3 directories, 4 symlinks"),
+        "{}",
+        stdout(&out)
+    );
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warning.contains("skipping") && warning.contains("absolute"),
+        "{warning}"
+    );
+
+    let out = fs(&dev, &["ls", "/in"]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "d            0 d\n\
+         l            1 to-dir -> d\n\
+         l            9 to-file -> d/e/f.txt\n"
+    );
+    let out = fs(&dev, &["ls", "/in/to-file"]);
+    assert_eq!(stdout(&out), "l            9 /in/to-file -> d/e/f.txt\n");
+    // Paths through links resolve in the store.
+    let out = fs(&dev, &["cat", "/in/to-file"]);
+    assert_eq!(out.stdout, b"linked to\n");
+    let out = fs(&dev, &["cat", "/in/to-dir/e/f.txt"]);
+    assert_eq!(out.stdout, b"linked to\n");
+    assert_ok(&fs(&dev, &["fsck"]));
+
+    let out = fs(&dev, &["export", "/in", dst.to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("exported 1 files, 2 directories, 4 symlinks"),
+        "{}",
+        stdout(&out)
+    );
+    let mut want = snapshot_links(&src);
+    want.remove(Path::new("absolute"));
+    assert_eq!(snapshot_links(&dst), want);
+
+    // A second import replaces links of the same name and changes nothing else.
+    let out = fs(&dev, &["import", src.to_str().unwrap(), "/in"]);
+    assert_ok(&out);
+    let again = tmp.path().join("again");
+    assert_ok(&fs(&dev, &["export", "/in", again.to_str().unwrap()]));
+    assert_eq!(snapshot_links(&again), want);
+}
+
 #[test]
 fn import_into_another_tenant_stays_there() {
     let tmp = tempfile::tempdir().unwrap();

@@ -46,6 +46,8 @@ pub enum Error {
     Device(#[from] DeviceError),
     #[error("host I/O: {0}")]
     Io(#[from] std::io::Error),
+    #[error("too many levels of symbolic links")]
+    Loop,
 }
 
 impl Error {
@@ -66,6 +68,7 @@ impl Error {
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::Corrupt(_) | Error::Stopped(_) | Error::Device(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Loop => libc::ELOOP,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! metadata zones, so one device flush makes an fsync durable.
 //!
 //! What this crate is not: it knows nothing of wasmtime or WASI (the runtime adapts it), and
-//! it is not a general POSIX filesystem (no symlinks, permissions or locks).
+//! it is not a general POSIX filesystem (symbolic links, but no permissions or locks).
 
 pub mod device;
 mod error;

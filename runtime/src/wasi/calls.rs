@@ -302,14 +302,13 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         fd2: i32,
                         p2: i32,
                         pl2: i32| {
-        // Following a symlink source is not offered (stock: EINVAL).
-        if flags as u32 & abi::SYMLINK_FOLLOW != 0 {
-            Err(Errno::INVAL)
-        } else {
-            two_path_op(
-                &m, w, fd as u32, p as u32, pl as u32, fd2 as u32, p2 as u32, pl2 as u32, false,
-            )
-        }
+        let op = match flags as u32 & abi::SYMLINK_FOLLOW != 0 {
+            true => TwoPath::LinkFollow,
+            false => TwoPath::Link,
+        };
+        two_path_op(
+            &m, w, fd as u32, p as u32, pl as u32, fd2 as u32, p2 as u32, pl2 as u32, op,
+        )
     });
     wrap!("path_open", |m,
                         w,
@@ -369,7 +368,15 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                           p2: i32,
                           pl2: i32| {
         two_path_op(
-            &m, w, fd as u32, p as u32, pl as u32, fd2 as u32, p2 as u32, pl2 as u32, true,
+            &m,
+            w,
+            fd as u32,
+            p as u32,
+            pl as u32,
+            fd2 as u32,
+            p2 as u32,
+            pl2 as u32,
+            TwoPath::Rename,
         )
     });
     wrap!("path_symlink", |m,
@@ -1014,9 +1021,10 @@ fn path_stat(m: &GuestMem, w: &WasiCtx, fd: u32, flags: u32, p: u32, pl: u32) ->
     let d = w.get(fd)?;
     let dir = dir_of(&d)?;
     let path = m.string(p, pl)?;
+    let follow = flags & abi::SYMLINK_FOLLOW != 0;
     match dir {
-        DirRef::Store(s) => s.stat_path(&path),
-        DirRef::Host(h) => h.stat_path(&path, flags & abi::SYMLINK_FOLLOW != 0),
+        DirRef::Store(s) => s.stat_path(&path, follow),
+        DirRef::Host(h) => h.stat_path(&path, follow),
     }
 }
 
@@ -1036,14 +1044,24 @@ fn path_set_times(
     let dir = dir_of(&d)?;
     let path = m.string(p, pl)?;
     let (a, t) = times(atim, mtim, fst)?;
+    let follow = flags & abi::SYMLINK_FOLLOW != 0;
     match dir {
-        DirRef::Store(s) => s.set_times_path(&path, a, t),
-        DirRef::Host(h) => h.set_times_path(&path, flags & abi::SYMLINK_FOLLOW != 0, a, t),
+        DirRef::Store(s) => s.set_times_path(&path, follow, a, t),
+        DirRef::Host(h) => h.set_times_path(&path, follow, a, t),
     }
 }
 
-/// `path_rename` (`rename` true) and `path_link`: both ends in the same kind of directory
-/// (the store, or host directories), else EXDEV.
+/// The calls with two paths.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TwoPath {
+    Rename,
+    Link,
+    /// `path_link` with `SYMLINK_FOLLOW`: links what a final symlink of the old path names.
+    LinkFollow,
+}
+
+/// `path_rename` and `path_link`: both ends in the same kind of directory (the store, or
+/// host directories), else EXDEV.
 #[allow(clippy::too_many_arguments)]
 fn two_path_op(
     m: &GuestMem,
@@ -1054,21 +1072,26 @@ fn two_path_op(
     fd2: u32,
     p2: u32,
     pl2: u32,
-    rename: bool,
+    op: TwoPath,
 ) -> R<()> {
     let (d, d2) = (w.get(fd)?, w.get(fd2)?);
     let (from, to) = (dir_of(&d)?, dir_of(&d2)?);
     let (path, path2) = (m.string(p, pl)?, m.string(p2, pl2)?);
-    match (from, to) {
-        (DirRef::Store(a), DirRef::Store(b)) if rename => match a.rename(&path, b, &path2) {
-            // A final `.` or `..`: POSIX says EINVAL, Linux (and so stock wasmtime) EBUSY;
-            // programs are written against Linux.
-            Err(Errno::INVAL) if ends_in_dot(&path) || ends_in_dot(&path2) => Err(Errno::BUSY),
-            r => r,
-        },
-        (DirRef::Store(a), DirRef::Store(b)) => a.link(&path, b, &path2),
-        (DirRef::Host(a), DirRef::Host(b)) if rename => a.rename(&path, b, &path2),
-        (DirRef::Host(a), DirRef::Host(b)) => a.link(&path, b, &path2),
+    let follow = op == TwoPath::LinkFollow;
+    match (from, to, op) {
+        (DirRef::Store(a), DirRef::Store(b), TwoPath::Rename) => {
+            match a.rename(&path, b, &path2) {
+                // A final `.` or `..`: POSIX says EINVAL, Linux (and so stock wasmtime)
+                // EBUSY; programs are written against Linux.
+                Err(Errno::INVAL) if ends_in_dot(&path) || ends_in_dot(&path2) => Err(Errno::BUSY),
+                r => r,
+            }
+        }
+        (DirRef::Store(a), DirRef::Store(b), _) => a.link(&path, follow, b, &path2),
+        (DirRef::Host(a), DirRef::Host(b), TwoPath::Rename) => a.rename(&path, b, &path2),
+        // cap-std has no following hard link: as stock, EINVAL.
+        (DirRef::Host(_), DirRef::Host(_), TwoPath::LinkFollow) => Err(Errno::INVAL),
+        (DirRef::Host(a), DirRef::Host(b), TwoPath::Link) => a.link(&path, b, &path2),
         _ => Err(Errno::XDEV),
     }
 }
@@ -1110,7 +1133,7 @@ fn path_open(
     }
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
     let kind = match dir {
-        DirRef::Store(s) => s.open(&path, of, read, write, append)?,
+        DirRef::Store(s) => s.open(&path, follow, of, read, write, append)?,
         DirRef::Host(h) => h.open(&path, follow, of, read, write)?,
     };
     let is_dir = matches!(kind, Kind::StoreDir(_) | Kind::HostDir(_));
@@ -1148,7 +1171,7 @@ fn path_symlink(m: &GuestMem, w: &WasiCtx, old: u32, oldl: u32, fd: u32, p: u32,
     let target = m.string(old, oldl)?;
     let path = m.string(p, pl)?;
     match dir {
-        DirRef::Store(s) => s.symlink(&path),
+        DirRef::Store(s) => s.symlink(&target, &path),
         DirRef::Host(h) => h.symlink(&target, &path),
     }
 }

@@ -2,7 +2,9 @@
 //! call as the store's public API answers it (`valet_vfs::Store`, `FileHandle`).
 //!
 //! Every path is resolved by the store relative to a directory inode, with `..` bounded at
-//! the mount and no symlinks, so no path reaches outside it. Where stock wasmtime falls
+//! the descriptor's directory, and symlinks are the store's own: made, read and followed by
+//! the store under that same bound (an absolute or climbing target is EPERM when followed
+//! out), so no path reaches outside the mount. Where stock wasmtime falls
 //! short for real software this layer is more complete: reads return every requested byte
 //! that exists (no 64 KiB cap), vectored writes write every buffer, `fd_sync` of a
 //! directory makes the store's metadata durable, and `O_DSYNC` / `O_SYNC` are honoured.
@@ -32,18 +34,23 @@ pub fn filestat(m: &Metadata) -> Filestat {
     Filestat {
         dev: 0,
         ino: m.ino,
-        filetype: match m.kind {
-            FileKind::File => filetype::REGULAR_FILE,
-            FileKind::Dir => filetype::DIRECTORY,
-        },
+        filetype: file_type(m.kind),
         nlink: m.nlink as u64,
         size: match m.kind {
-            FileKind::File => m.size,
+            FileKind::File | FileKind::Symlink => m.size,
             FileKind::Dir => 4096,
         },
         atim: m.atime_ns,
         mtim: m.mtime_ns,
         ctim: m.ctime_ns,
+    }
+}
+
+fn file_type(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::File => filetype::REGULAR_FILE,
+        FileKind::Dir => filetype::DIRECTORY,
+        FileKind::Symlink => filetype::SYMBOLIC_LINK,
     }
 }
 
@@ -60,10 +67,12 @@ impl StoreDir {
         }
     }
 
-    /// `path_open`.
+    /// `path_open`; a final symlink is followed if `follow`, else opening it is ELOOP
+    /// (`O_NOFOLLOW`).
     pub fn open(
         &self,
         path: &str,
+        follow: bool,
         of: u16,
         read: bool,
         write: bool,
@@ -73,15 +82,19 @@ impl StoreDir {
         if want_dir && of & (oflags::CREAT | oflags::TRUNC | oflags::EXCL) != 0 {
             return Err(Errno::INVAL);
         }
-        let existing = match self.store.lookup(self.ino, path) {
+        let exclusive = of & oflags::CREAT != 0 && of & oflags::EXCL != 0;
+        let existing = match self.store.lookup_at(self.ino, path, follow && !exclusive) {
             Ok(ino) => Some(ino),
             Err(valet_vfs::Error::NotFound) => None,
             Err(e) => return Err(e.into()),
         };
         if let Some(ino) = existing {
             let kind = self.store.metadata(ino)?.kind;
-            if of & oflags::CREAT != 0 && of & oflags::EXCL != 0 {
+            if exclusive {
                 return Err(Errno::EXIST);
+            }
+            if kind == FileKind::Symlink {
+                return Err(Errno::LOOP);
             }
             if kind == FileKind::Dir {
                 if write {
@@ -102,6 +115,7 @@ impl StoreDir {
             exclusive: of & oflags::EXCL != 0,
             truncate: of & oflags::TRUNC != 0,
             append,
+            nofollow: !follow,
         };
         let handle = self.store.open_file(self.ino, path, opts)?;
         Ok(Kind::StoreFile(StoreFile { handle }))
@@ -124,42 +138,28 @@ impl StoreDir {
         Ok(self.store.rename(self.ino, from, to_dir.ino, to)?)
     }
 
-    pub fn link(&self, from: &str, to_dir: &StoreDir, to: &str) -> Result<(), Errno> {
-        Ok(self.store.link(self.ino, from, to_dir.ino, to)?)
+    /// `path_link`; `follow` links what a final symlink of `from` names (stock refuses it).
+    pub fn link(&self, from: &str, follow: bool, to_dir: &StoreDir, to: &str) -> Result<(), Errno> {
+        Ok(self.store.link_at(self.ino, from, follow, to_dir.ino, to)?)
     }
 
-    /// The store has no symlinks: EPERM, as POSIX says where a filesystem cannot make one,
-    /// after the checks of the new name every `symlink` makes (in Linux's order).
-    pub fn symlink(&self, new_path: &str) -> Result<(), Errno> {
-        match self.store.lookup(self.ino, new_path) {
-            Ok(_) => return Err(Errno::EXIST),
-            Err(valet_vfs::Error::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let trimmed = new_path.trim_end_matches('/');
-        if let Some((head, _)) = trimmed.rsplit_once('/') {
-            if !head.is_empty() {
-                let parent = self.store.lookup(self.ino, head)?;
-                if self.store.metadata(parent)?.kind != FileKind::Dir {
-                    return Err(Errno::NOTDIR);
-                }
-            }
-        }
-        Err(Errno::PERM)
+    /// A link in the store: an absolute target is EPERM (as stock refuses it), a relative
+    /// one is kept as it is and resolved, within this mount, each time it is followed.
+    pub fn symlink(&self, target: &str, new_path: &str) -> Result<(), Errno> {
+        self.store.symlink(self.ino, target, new_path)?;
+        Ok(())
     }
 
-    /// Every existing path names a file or directory, never a link.
     pub fn readlink(&self, path: &str) -> Result<String, Errno> {
-        self.store.lookup(self.ino, path)?;
-        Err(Errno::INVAL)
+        Ok(self.store.read_link(self.ino, path)?)
     }
 
     pub fn stat(&self) -> Result<Filestat, Errno> {
         Ok(filestat(&self.store.metadata(self.ino)?))
     }
 
-    pub fn stat_path(&self, path: &str) -> Result<Filestat, Errno> {
-        let ino = self.store.lookup(self.ino, path)?;
+    pub fn stat_path(&self, path: &str, follow: bool) -> Result<Filestat, Errno> {
+        let ino = self.store.lookup_at(self.ino, path, follow)?;
         Ok(filestat(&self.store.metadata(ino)?))
     }
 
@@ -170,10 +170,11 @@ impl StoreDir {
     pub fn set_times_path(
         &self,
         path: &str,
+        follow: bool,
         atim: Option<TimeSpec>,
         mtim: Option<TimeSpec>,
     ) -> Result<(), Errno> {
-        let ino = self.store.lookup(self.ino, path)?;
+        let ino = self.store.lookup_at(self.ino, path, follow)?;
         Ok(self.store.set_times(ino, ns(atim), ns(mtim))?)
     }
 
@@ -187,10 +188,7 @@ impl StoreDir {
             .map(|e| Item {
                 name: e.name,
                 ino: e.ino,
-                filetype: match e.kind {
-                    FileKind::File => filetype::REGULAR_FILE,
-                    FileKind::Dir => filetype::DIRECTORY,
-                },
+                filetype: file_type(e.kind),
             })
             .collect();
         Ok((self.ino, parent, items))

@@ -1,5 +1,6 @@
 //! The invariant checker: extents below write pointers, validity bitmaps that agree with the
-//! extent maps, no block owned twice, a namespace that is a tree per tenant. The deep check
+//! extent maps, no block owned twice, a namespace that is a tree per tenant, a target for every
+//! symlink and nothing else in it. The deep check
 //! ([`Store::fsck_deep`]) also reads every live block and verifies it against the checksum
 //! of the unit it was written in.
 
@@ -18,6 +19,8 @@ use crate::{Error, Result};
 pub struct FsckReport {
     pub files: u64,
     pub dirs: u64,
+    #[serde(default)]
+    pub symlinks: u64,
     pub extents: u64,
     pub valid_blocks: u64,
     /// Deep check only: live blocks read and found to match their checksums.
@@ -63,10 +66,37 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
     let mut files = 0;
     let mut dirs = 0;
     let mut extents = 0;
+    let mut symlinks = 0;
+    for ino in state.symlinks.keys() {
+        if state
+            .inodes
+            .get(ino)
+            .is_none_or(|i| i.kind != FileKind::Symlink)
+        {
+            problem(format!(
+                "a symlink target is kept for inode {ino}, not a symlink"
+            ));
+        }
+    }
     for (&ino, inode) in &state.inodes {
         match inode.kind {
             FileKind::File => files += 1,
             FileKind::Dir => dirs += 1,
+            FileKind::Symlink => {
+                symlinks += 1;
+                let target = state.symlinks.get(&ino);
+                let fits = target.is_some_and(|t| {
+                    !t.is_empty() && !t.starts_with('/') && t.len() as u64 == inode.size
+                });
+                if !fits || inode.extents.iter().next().is_some() || !inode.entries.is_empty() {
+                    problem(format!(
+                        "symlink {ino}: target {target:?}, size {}, {} entries: not a \
+                         relative target of its size with nothing else",
+                        inode.size,
+                        inode.entries.len()
+                    ));
+                }
+            }
         }
         let size_blocks = inode.size.div_ceil(bs);
         for (file_block, ext) in inode.extents.iter() {
@@ -202,6 +232,7 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
     }
     report.files = files;
     report.dirs = dirs;
+    report.symlinks = symlinks;
     report.extents = extents;
     report.valid_blocks = state.zones.total_valid();
     Ok(report)

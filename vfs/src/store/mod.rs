@@ -138,6 +138,8 @@ pub struct OpenOptions {
     pub exclusive: bool,
     pub truncate: bool,
     pub append: bool,
+    /// A final symlink is not followed: opening one is [`Error::Loop`] (`O_NOFOLLOW`).
+    pub nofollow: bool,
 }
 
 impl OpenOptions {
@@ -740,9 +742,28 @@ impl Store {
         })
     }
 
-    /// Resolves `path` relative to directory `dir`.
+    /// Resolves `path` relative to directory `dir`, following symlinks (`stat`).
     pub fn lookup(&self, dir: Ino, path: &str) -> Result<Ino> {
         self.lock()?.state.lookup(dir, path)
+    }
+
+    /// Resolves `path` relative to directory `dir`; a final symlink is followed only if
+    /// `follow` (`lstat` otherwise) or if the path ends in `/`.
+    pub fn lookup_at(&self, dir: Ino, path: &str, follow: bool) -> Result<Ino> {
+        self.lock()?.state.lookup_at(dir, path, follow)
+    }
+
+    /// `symlink`: makes `path` a symbolic link to `target`, a relative path that need not
+    /// exist. An absolute target is refused ([`Error::Escape`]): a link never names a path
+    /// outside the store.
+    pub fn symlink(&self, dir: Ino, target: &str, path: &str) -> Result<Ino> {
+        self.check_running()?;
+        self.with(|inner| inner.symlink(dir, target, path))
+    }
+
+    /// `readlink`: the target of the link `path` names ([`Error::Invalid`] if it is no link).
+    pub fn read_link(&self, dir: Ino, path: &str) -> Result<String> {
+        self.lock()?.state.read_link(dir, path)
     }
 
     /// `stat` of an inode.
@@ -800,10 +821,24 @@ impl Store {
         Ok(())
     }
 
-    /// `link`: a second name for a file.
+    /// `link`: a second name for a file (for a symlink, a second name for the link itself,
+    /// as Linux's `link` does).
     pub fn link(&self, from_dir: Ino, from: &str, to_dir: Ino, to: &str) -> Result<()> {
+        self.link_at(from_dir, from, false, to_dir, to)
+    }
+
+    /// `linkat`: as [`Store::link`], following a final symlink of `from` if `follow`
+    /// (`AT_SYMLINK_FOLLOW`).
+    pub fn link_at(
+        &self,
+        from_dir: Ino,
+        from: &str,
+        follow: bool,
+        to_dir: Ino,
+        to: &str,
+    ) -> Result<()> {
         self.check_running()?;
-        self.with(|inner| inner.link(from_dir, from, to_dir, to))
+        self.with(|inner| inner.link(from_dir, from, follow, to_dir, to))
     }
 
     /// Sets access and modification times (None leaves one unchanged).
@@ -821,20 +856,32 @@ impl Store {
             self.check_running()?;
         }
         let mut decided: Option<(OpenReason, String, Hint)> = None;
+        // A final link is followed (a dangling one to create its target, as `open` does),
+        // except by an exclusive create, for which any existing name is EEXIST.
+        let exclusive = opts.create && opts.exclusive;
+        let follow = !(opts.nofollow || exclusive);
         loop {
             let mut inner = self.lock()?;
-            let (parent, name) = inner.state.resolve_parent(dir, path)?;
+            let resolved = inner.state.resolve(dir, path, follow)?;
+            let Some((parent, name)) = resolved.last else {
+                return Err(match path.trim_end_matches('/').rsplit('/').next() {
+                    Some("." | "..") => Error::Invalid("path ends in . or .."),
+                    _ => Error::IsDir,
+                });
+            };
+            let (name, existing, slash) = (name.to_string(), resolved.ino, resolved.slash);
             let tenant = inner.state.inode(parent)?.tenant;
-            let existing = inner.state.inode(parent)?.entries.get(&name).copied();
             // The placement question this open asks, if any.
             let question = match existing {
                 Some(_) if opts.create && opts.exclusive => return Err(Error::Exists),
                 Some(ino) => {
                     let inode = inner.state.inode(ino)?;
-                    if inode.kind == FileKind::Dir {
-                        return Err(Error::IsDir);
+                    match inode.kind {
+                        FileKind::Dir => return Err(Error::IsDir),
+                        FileKind::Symlink => return Err(Error::Loop),
+                        FileKind::File => {}
                     }
-                    if path.ends_with('/') {
+                    if slash {
                         return Err(Error::NotDir);
                     }
                     let first_writer = inner.open.get(&ino).is_none_or(|o| o.writers == 0);
@@ -844,7 +891,7 @@ impl Store {
                     })
                 }
                 None if opts.create => {
-                    if path.ends_with('/') {
+                    if slash {
                         return Err(Error::IsDir);
                     }
                     let full = inner.state.path_of_new(parent, &name);
@@ -1154,7 +1201,7 @@ impl Inner {
     fn metadata(&self, ino: Ino) -> Result<Metadata> {
         let inode = self.state.inode(ino)?;
         let nlink = match inode.kind {
-            FileKind::File => inode.nlink,
+            FileKind::File | FileKind::Symlink => inode.nlink,
             FileKind::Dir => {
                 2 + inode
                     .entries

@@ -1,10 +1,17 @@
-//! Paths and directory operations.
+//! Paths and directory operations, symbolic links included.
 //!
 //! Paths are relative to a directory inode and `/`-separated. Empty and `.` components are
 //! skipped; `..` climbs to the parent but never above the directory the path is relative to
 //! (that is an [`Error::Escape`], as WASI requires of a directory descriptor), so no path
 //! reaches above its tenant's root or into another tenant. Names are at most 255 bytes and
-//! contain no NUL. There are no symlinks.
+//! contain no NUL.
+//!
+//! A symbolic link holds a relative path. Every component but the last is followed, and the
+//! last when the caller asks (or a trailing slash does); the target is walked from the
+//! directory holding the link under the same rule, so a link cannot lead above the
+//! directory the walk started from, and an absolute target is refused (when made and when
+//! followed). Following more than [`MAX_LINKS`] links in one walk is [`Error::Loop`], as on
+//! Linux. A link may dangle; it names no host path, so nothing outside the store is touched.
 
 use super::events::Event;
 use super::state::{FileKind, Ino, MetaOp, State, TenantId};
@@ -13,6 +20,12 @@ use crate::hint::Hint;
 use crate::{Error, Result};
 
 const NAME_MAX: usize = 255;
+
+/// Links one walk may follow (Linux's `MAXSYMLINKS`).
+pub const MAX_LINKS: u32 = 40;
+
+/// The longest symlink target, as Linux bounds it (`PATH_MAX` less the NUL).
+const TARGET_MAX: usize = 4095;
 
 /// Why [`State::resolve_parent`] refused a path ending in `.` or `..`.
 const DOT_LAST: &str = "path ends in . or ..";
@@ -27,6 +40,34 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a new link's target, in the order Linux and wasmtime check it.
+fn check_target(target: &str) -> Result<()> {
+    if target.is_empty() {
+        return Err(Error::NotFound);
+    }
+    if target.starts_with('/') {
+        return Err(Error::Escape);
+    }
+    if target.len() > TARGET_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if target.contains('\0') {
+        return Err(Error::Invalid("NUL in a symlink target"));
+    }
+    Ok(())
+}
+
+/// Where a path leads (see [`State::resolve`]).
+pub(super) struct Resolved<'a> {
+    /// The directory that holds the last component, and that component; `None` when the
+    /// path (or the link it ends in) ends in `.` or `..`.
+    pub last: Option<(Ino, &'a str)>,
+    /// What the path names, if that exists.
+    pub ino: Option<Ino>,
+    /// The path (or the last link followed) ends in `/`: it must name a directory.
+    pub slash: bool,
+}
+
 impl State {
     fn is_root(&self, ino: Ino) -> bool {
         self.inodes
@@ -35,76 +76,123 @@ impl State {
             .is_some_and(|t| t.root == ino)
     }
 
-    /// Walks `components` from `dir`, each of which must be a directory. `..` never climbs
-    /// above `dir`: with no symlinks, the depth below `dir` is known from the names alone.
-    fn walk<'p>(&self, mut dir: Ino, components: impl Iterator<Item = &'p str>) -> Result<Ino> {
-        let mut depth = 0usize;
-        for c in components {
-            let inode = self.inode(dir)?;
-            if inode.kind != FileKind::Dir {
-                return Err(Error::NotDir);
-            }
-            dir = match c {
-                "" | "." => dir,
-                ".." if depth == 0 || self.is_root(dir) => return Err(Error::Escape),
-                ".." => {
-                    depth -= 1;
-                    inode.parent
-                }
-                name => {
-                    check_name(name)?;
-                    depth += 1;
-                    *inode.entries.get(name).ok_or(Error::NotFound)?
-                }
-            };
-        }
-        Ok(dir)
-    }
-
-    /// The inode `path` names, relative to `dir`.
-    pub fn lookup(&self, dir: Ino, path: &str) -> Result<Ino> {
+    /// Walks `path` from the directory `base`, following every link on the way and the
+    /// last component too when `follow`. The last component need not exist. `..` never
+    /// climbs above `base`: the walk counts its depth below it, and a link's target goes on
+    /// from the link's directory at that depth.
+    pub(super) fn resolve<'a>(
+        &'a self,
+        base: Ino,
+        path: &'a str,
+        follow: bool,
+    ) -> Result<Resolved<'a>> {
         if path.starts_with('/') {
             return Err(Error::Escape);
         }
         if path.is_empty() {
             return Err(Error::NotFound);
         }
-        let ino = self.walk(dir, path.split('/'))?;
-        if path.ends_with('/') && self.inode(ino)?.kind != FileKind::Dir {
+        if self.inode(base)?.kind != FileKind::Dir {
+            return Err(Error::NotDir);
+        }
+        let trimmed = path.trim_end_matches('/');
+        let mut slash = trimmed.len() < path.len();
+        // The path's components, and those of the links followed that are still to walk
+        // (next one at the end; empty, so allocated only once a link is followed).
+        let mut components = trimmed.split('/').peekable();
+        let mut todo: Vec<&'a str> = Vec::new();
+        let (mut dir, mut depth, mut links) = (base, 0usize, 0u32);
+        while let Some(c) = todo.pop().or_else(|| components.next()) {
+            let last = todo.is_empty() && components.peek().is_none();
+            match c {
+                "" | "." => {}
+                ".." if depth == 0 || self.is_root(dir) => return Err(Error::Escape),
+                ".." => {
+                    depth -= 1;
+                    dir = self.inode(dir)?.parent;
+                }
+                name => {
+                    check_name(name)?;
+                    let entry = self.inode(dir)?.entries.get(name).copied();
+                    let kind = entry
+                        .map(|ino| self.inode(ino).map(|i| i.kind))
+                        .transpose()?;
+                    let expand = kind == Some(FileKind::Symlink) && (follow || !last);
+                    if last && !expand {
+                        return Ok(Resolved {
+                            last: Some((dir, name)),
+                            ino: entry,
+                            slash,
+                        });
+                    }
+                    let ino = entry.ok_or(Error::NotFound)?;
+                    match kind {
+                        Some(FileKind::Dir) => {
+                            dir = ino;
+                            depth += 1;
+                        }
+                        Some(FileKind::Symlink) => {
+                            links += 1;
+                            if links > MAX_LINKS {
+                                return Err(Error::Loop);
+                            }
+                            let target = self.symlinks.get(&ino).ok_or_else(|| {
+                                Error::Corrupt(format!("symlink {ino} has no target"))
+                            })?;
+                            if target.starts_with('/') {
+                                return Err(Error::Escape);
+                            }
+                            let t = target.trim_end_matches('/');
+                            slash |= last && t.len() < target.len();
+                            todo.extend(t.rsplit('/'));
+                        }
+                        _ => return Err(Error::NotDir),
+                    }
+                }
+            }
+        }
+        Ok(Resolved {
+            last: None,
+            ino: Some(dir),
+            slash,
+        })
+    }
+
+    /// The inode `path` names, relative to `dir`, following a final symlink.
+    pub fn lookup(&self, dir: Ino, path: &str) -> Result<Ino> {
+        self.lookup_at(dir, path, true)
+    }
+
+    /// The inode `path` names; a final symlink is followed only if `follow` (or if the path
+    /// ends in `/`, as POSIX says).
+    pub fn lookup_at(&self, dir: Ino, path: &str, follow: bool) -> Result<Ino> {
+        let r = self.resolve(dir, path, follow || path.ends_with('/'))?;
+        let ino = r.ino.ok_or(Error::NotFound)?;
+        if r.slash && self.inode(ino)?.kind != FileKind::Dir {
             return Err(Error::NotDir);
         }
         Ok(ino)
     }
 
-    /// The directory that holds the last component of `path`, and that component.
-    /// A last component of `.` or `..` is refused with `Invalid(DOT_LAST)` (after the components
-    /// before it, whose errors come first): it names no entry that can be created.
+    /// The directory that holds the last component of `path`, and that component (not
+    /// followed if it is a link: the entry itself is what a create, unlink or rename
+    /// changes). A last component of `.` or `..` is refused with `Invalid(DOT_LAST)` (after
+    /// the components before it, whose errors come first): it names no entry that can be
+    /// created.
     pub fn resolve_parent(&self, dir: Ino, path: &str) -> Result<(Ino, String)> {
-        if path.starts_with('/') {
-            return Err(Error::Escape);
+        match self.resolve(dir, path, false)?.last {
+            Some((parent, name)) => Ok((parent, name.to_string())),
+            None => Err(Error::Invalid(DOT_LAST)),
         }
-        let trimmed = path.trim_end_matches('/');
-        let (head, last) = match trimmed.rsplit_once('/') {
-            Some((head, last)) => (Some(head), last),
-            None => (None, trimmed),
-        };
-        if last.is_empty() {
-            return Err(Error::NotFound);
+    }
+
+    /// The target of the link `path` names.
+    pub fn read_link(&self, dir: Ino, path: &str) -> Result<String> {
+        let ino = self.lookup_at(dir, path, false)?;
+        match self.symlinks.get(&ino) {
+            Some(target) => Ok(target.clone()),
+            None => Err(Error::Invalid("not a symbolic link")),
         }
-        let parent = match head {
-            Some(head) => self.walk(dir, head.split('/'))?,
-            None => self.walk(dir, std::iter::empty())?,
-        };
-        if self.inode(parent)?.kind != FileKind::Dir {
-            return Err(Error::NotDir);
-        }
-        if last == "." || last == ".." {
-            // A final `..` that climbs above `dir` is an escape before it is anything else.
-            self.walk(dir, trimmed.split('/'))?;
-            return Err(Error::Invalid(DOT_LAST));
-        }
-        check_name(last)?;
-        Ok((parent, last.to_string()))
     }
 
     pub fn read_dir(&self, dir: Ino) -> Result<Vec<DirEntry>> {
@@ -264,11 +352,18 @@ impl Inner {
             .entries
             .get(&name)
             .ok_or(Error::NotFound)?;
-        if self.state.inode(ino)?.kind == FileKind::Dir {
+        let kind = self.state.inode(ino)?.kind;
+        if kind == FileKind::Dir {
             return Err(Error::IsDir);
         }
         if path.ends_with('/') {
-            return Err(Error::NotDir);
+            // `unlink link/` names what the link leads to (as wasmtime answers).
+            let to_dir = kind == FileKind::Symlink
+                && self
+                    .state
+                    .lookup(dir, path)
+                    .is_ok_and(|i| self.state.inode(i).is_ok_and(|i| i.kind == FileKind::Dir));
+            return Err(if to_dir { Error::IsDir } else { Error::NotDir });
         }
         let full = self.state.path_of_new(parent, &name);
         self.drop_link(parent, &name, ino, &full)?;
@@ -283,8 +378,11 @@ impl Inner {
             name: name.to_string(),
         })?;
         let inode = self.state.inode(ino)?;
-        if inode.kind == FileKind::Dir {
-            return self.record(MetaOp::FreeInode { ino });
+        match inode.kind {
+            FileKind::Dir => return self.record(MetaOp::FreeInode { ino }),
+            // A link has no data and no placement: it just goes.
+            FileKind::Symlink if inode.nlink == 0 => return self.record(MetaOp::FreeInode { ino }),
+            _ => {}
         }
         if inode.nlink == 0 {
             match self.open.get(&ino) {
@@ -345,7 +443,8 @@ impl Inner {
         if self.state.inode(src_parent)?.tenant != self.state.inode(dst_parent)?.tenant {
             return Err(Error::Escape);
         }
-        if kind == FileKind::File && (from.ends_with('/') || to.ends_with('/')) {
+        let is_dir = kind == FileKind::Dir;
+        if !is_dir && (from.ends_with('/') || to.ends_with('/')) {
             return Err(Error::NotDir);
         }
         if kind == FileKind::Dir && self.state.is_within(dst_parent, ino) {
@@ -362,12 +461,10 @@ impl Inner {
                 return Ok(None);
             }
             let t_inode = self.state.inode(t)?;
-            match (kind, t_inode.kind) {
-                (FileKind::File, FileKind::Dir) => return Err(Error::IsDir),
-                (FileKind::Dir, FileKind::File) => return Err(Error::NotDir),
-                (FileKind::Dir, FileKind::Dir) if !t_inode.entries.is_empty() => {
-                    return Err(Error::NotEmpty)
-                }
+            match (is_dir, t_inode.kind == FileKind::Dir) {
+                (false, true) => return Err(Error::IsDir),
+                (true, false) => return Err(Error::NotDir),
+                (true, true) if !t_inode.entries.is_empty() => return Err(Error::NotEmpty),
                 _ => {}
             }
             let t_path = self.state.path_of_new(dst_parent, &dst_name);
@@ -384,7 +481,8 @@ impl Inner {
         })?;
         self.touch_dir(src_parent)?;
         self.touch_dir(dst_parent)?;
-        if kind == FileKind::Dir {
+        // Only a file has data to place anew.
+        if kind != FileKind::File {
             return Ok(None);
         }
         let tenant = self.state.inode(ino)?.tenant;
@@ -395,8 +493,17 @@ impl Inner {
         )))
     }
 
-    pub(super) fn link(&mut self, from_dir: Ino, from: &str, to_dir: Ino, to: &str) -> Result<()> {
-        let ino = self.state.lookup(from_dir, from)?;
+    /// `linkat`: a second name for `from` (for a link named by `from`, the link itself
+    /// unless `follow`).
+    pub(super) fn link(
+        &mut self,
+        from_dir: Ino,
+        from: &str,
+        follow: bool,
+        to_dir: Ino,
+        to: &str,
+    ) -> Result<()> {
+        let ino = self.state.lookup_at(from_dir, from, follow)?;
         if self.state.inode(ino)?.kind == FileKind::Dir {
             return Err(Error::NotAllowed("hard links to directories"));
         }
@@ -414,6 +521,49 @@ impl Inner {
         })?;
         self.touch_dir(parent)?;
         Ok(())
+    }
+
+    /// `symlinkat`: a link named `path` whose content is `target` (a relative path that
+    /// need not exist; it is resolved each time the link is followed).
+    pub(super) fn symlink(&mut self, dir: Ino, target: &str, path: &str) -> Result<Ino> {
+        check_target(target)?;
+        let (parent, name) = match self.state.resolve_parent(dir, path) {
+            // `symlink x .` names a directory that exists (Linux: EEXIST).
+            Err(Error::Invalid(DOT_LAST)) => {
+                self.state.lookup(dir, path)?;
+                return Err(Error::Exists);
+            }
+            r => r?,
+        };
+        let p = self.state.inode(parent)?;
+        if p.entries.contains_key(&name) {
+            return Err(Error::Exists);
+        }
+        // A trailing slash asks for a directory, which a new link is not (Linux: ENOENT).
+        if path.ends_with('/') {
+            return Err(Error::NotFound);
+        }
+        let tenant = p.tenant;
+        let ino = self.state.next_ino;
+        self.record(MetaOp::CreateInode {
+            ino,
+            kind: FileKind::Symlink,
+            tenant,
+            hint: Hint::zoned(0),
+            time_ns: now_ns(),
+            born_host_bytes: 0,
+        })?;
+        self.record(MetaOp::Symlink {
+            ino,
+            target: target.to_string(),
+        })?;
+        self.record(MetaOp::Link {
+            dir: parent,
+            name,
+            ino,
+        })?;
+        self.touch_dir(parent)?;
+        Ok(ino)
     }
 
     /// A directory changed: its mtime and ctime move.

@@ -22,14 +22,17 @@ pub type Ino = u64;
 /// Identifies a tenant: an application with its own namespace and streams.
 pub type TenantId = u32;
 
-/// File or directory.
+/// File, directory or symbolic link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
     File,
     Dir,
+    /// Its target is in [`State::symlinks`] (set by [`MetaOp::Symlink`]); its size is the
+    /// target's length.
+    Symlink,
 }
 
-/// A file or directory.
+/// A file, directory or symbolic link.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Inode {
     pub kind: FileKind,
@@ -141,6 +144,12 @@ pub enum MetaOp {
         zone: ZoneId,
         units: Vec<Unit>,
     },
+    /// Sets the target of a symbolic link made by `CreateInode` (a checkpoint carries one
+    /// per link, since a [`Snapshot`] holds no targets).
+    Symlink {
+        ino: Ino,
+        target: String,
+    },
 }
 
 /// What a checkpoint holds: everything but the derived zone validity.
@@ -169,6 +178,8 @@ pub struct State {
     pub inline: InlineTails,
     /// The checksum of every written unit that still holds live blocks.
     pub units: Units,
+    /// The target of each symbolic link.
+    pub symlinks: HashMap<Ino, String>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -187,6 +198,7 @@ impl State {
             names: HashMap::new(),
             inline: InlineTails::default(),
             units: Units::new(geometry.zone_count),
+            symlinks: HashMap::new(),
         }
     }
 
@@ -275,6 +287,7 @@ impl State {
                 };
                 self.names.remove(ino);
                 self.inline.remove(*ino);
+                self.symlinks.remove(ino);
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
                 }
@@ -349,6 +362,14 @@ impl State {
                     self.units.add(*zone, *unit);
                 }
             }
+            MetaOp::Symlink { ino, target } => {
+                let inode = self.inode_mut(*ino)?;
+                if inode.kind != FileKind::Symlink {
+                    return corrupt(format!("symlink target for inode {ino}, not a symlink"));
+                }
+                inode.size = target.len() as u64;
+                self.symlinks.insert(*ino, target.clone());
+            }
             MetaOp::Extend {
                 ino,
                 size,
@@ -397,8 +418,8 @@ impl State {
     }
 
     /// What a checkpoint carries besides its snapshot, as operations: the inline bytes (a
-    /// snapshot holds inodes, not the journal's inline bytes) and the checksum units of
-    /// the zones that hold data.
+    /// snapshot holds inodes, not the journal's inline bytes), the checksum units of the
+    /// zones that hold data, and the symlink targets.
     pub fn carried_ops(&self) -> Vec<MetaOp> {
         let mut ops = Vec::new();
         for zone in 0..self.geometry.zone_count {
@@ -422,6 +443,12 @@ impl State {
                 });
             }
         }
+        let mut links: Vec<(&Ino, &String)> = self.symlinks.iter().collect();
+        links.sort();
+        ops.extend(links.into_iter().map(|(&ino, target)| MetaOp::Symlink {
+            ino,
+            target: target.clone(),
+        }));
         ops
     }
 

@@ -2,7 +2,8 @@
 //! each outcome, one line per attempt: `MOUNT: trick -> result`.
 //!
 //! Tricks: `..` at and below the root, `a/../../x`, `//`, absolute paths, symlinks (making
-//! one and going through it), NUL in a name, non-UTF-8 names (raw bytes), 4 KiB names and
+//! one and going through it, chains of links that climb out, creating through a dangling
+//! link that points out, a link that stays inside but climbs above a descriptor, loops), NUL in a name, non-UTF-8 names (raw bytes), 4 KiB names and
 //! paths, very deep paths, renaming and linking out of the mount and across mounts, and
 //! opening the mount's parent. The host side of the test checks that nothing outside the
 //! mounts changed; the names used (`sentinel.txt`, `outside/`) are the ones it planted
@@ -207,6 +208,59 @@ fn tricks(m: &str, root: Fd, other: Option<Fd>) {
         ok(unlink_raw(root, b"up/sentinel.txt")),
     );
     for link in ["up", "abs", "a/deep"] {
+        let _ = unlink_raw(root, link.as_bytes());
+    }
+
+    // Links that lead out in more than one step, or only when created through.
+    t(
+        "symlink a/up2 -> ../..",
+        ok(unsafe { wasi::path_symlink("../..", root, "a/up2") }),
+    );
+    t(
+        "read a/up2/sentinel.txt",
+        open_close(root, b"a/up2/sentinel.txt", 0, RO),
+    );
+    t(
+        "symlink hop -> a/up2 (a link to a link)",
+        ok(unsafe { wasi::path_symlink("a/up2", root, "hop") }),
+    );
+    t("read hop/sentinel.txt", open_close(root, b"hop/sentinel.txt", 0, RO));
+    t("stat hop/outside/x.txt", stat_raw(root, b"hop/outside/x.txt"));
+    t(
+        "symlink dd -> a/../.. (.. inside the target)",
+        ok(unsafe { wasi::path_symlink("a/../..", root, "dd") }),
+    );
+    t("read dd/sentinel.txt", open_close(root, b"dd/sentinel.txt", 0, RO));
+    t(
+        "symlink out -> ../escaped (dangling)",
+        ok(unsafe { wasi::path_symlink("../escaped", root, "out") }),
+    );
+    t("create out (through the dangling link)", create(root, b"out"));
+    t(
+        "create out CREAT|EXCL",
+        ok(open_raw(root, FOLLOW, b"out", CREAT | wasi::OFLAGS_EXCL, ALL, 0)),
+    );
+    t("mkdir hop/escaped-dir", ok(mkdir_raw(root, b"hop/escaped-dir")));
+    t(
+        "symlink hop2 -> hop/outside (through a link)",
+        ok(unsafe { wasi::path_symlink("hop/outside", root, "hop2") }),
+    );
+    t("read hop2/x.txt", open_close(root, b"hop2/x.txt", 0, RO));
+    t(
+        "symlink a/back -> ../inside",
+        ok(unsafe { wasi::path_symlink("../inside", root, "a/back") }),
+    );
+    t("read a/back (stays inside)", open_close(root, b"a/back", 0, RO));
+    let a = open_raw(root, FOLLOW, b"a", DIRECTORY, RO, 0).unwrap_or(u32::MAX);
+    t("from a: read back (climbs above a)", open_close(a, b"back", 0, RO));
+    let _ = unsafe { wasi::fd_close(a) };
+    t(
+        "symlink l1 -> l2, l2 -> l1",
+        ok(unsafe { wasi::path_symlink("l2", root, "l1") })
+            .and(ok(unsafe { wasi::path_symlink("l1", root, "l2") })),
+    );
+    t("read l1 (a loop)", open_close(root, b"l1", 0, RO));
+    for link in ["a/up2", "hop", "dd", "out", "hop2", "a/back", "l1", "l2"] {
         let _ = unlink_raw(root, link.as_bytes());
     }
 

@@ -155,6 +155,8 @@ fn names(entries: &[Entry]) -> Vec<String> {
             let name = String::from_utf8_lossy(&e.name).into_owned();
             if e.kind == wasi::FILETYPE_DIRECTORY {
                 format!("{name}/")
+            } else if e.kind == wasi::FILETYPE_SYMBOLIC_LINK {
+                format!("{name}@")
             } else {
                 name
             }
@@ -1164,6 +1166,8 @@ fn link(d: Fd) {
         "link l1 -> l3 with SYMLINK_FOLLOW",
         unsafe { wasi::path_link(d, FOLLOW, "l1", d, "l3") }.map(|_| String::new()),
     );
+    // Hosts that refuse it and hosts that make it agree again from here on.
+    rm_rf(d, "l3");
     show(
         "unlink l1",
         unsafe { wasi::path_unlink_file(d, "l1") }.map(|_| String::new()),
@@ -1243,59 +1247,259 @@ fn allocate_advise(d: Fd) {
     let _ = close(f);
 }
 
+fn readlink(d: Fd, path: &str, len: usize) -> R<String> {
+    let mut buf = vec![0u8; len];
+    unsafe { wasi::path_readlink(d, path, buf.as_mut_ptr(), buf.len()) }.map(|n| text(&buf[..n]))
+}
+
+fn lstat(d: Fd, path: &str) -> R<Filestat> {
+    unsafe { wasi::path_filestat_get(d, 0, path) }
+}
+
+fn symlink(target: &str, d: Fd, path: &str) -> R<String> {
+    unsafe { wasi::path_symlink(target, d, path) }.map(|_| String::new())
+}
+
+fn unlink(d: Fd, path: &str) -> R<String> {
+    unsafe { wasi::path_unlink_file(d, path) }.map(|_| String::new())
+}
+
 fn symlinks(d: Fd) {
     println!("## symlinks");
     let _ = touch(d, "target", b"pointed at");
     show(
         "symlink: path_symlink target -> sl",
-        unsafe { wasi::path_symlink("target", d, "sl") }.map(|_| String::new()),
+        symlink("target", d, "sl"),
     );
-    show("symlink: path_readlink sl", {
-        let mut buf = [0u8; 64];
-        unsafe { wasi::path_readlink(d, "sl", buf.as_mut_ptr(), buf.len()) }
-            .map(|n| text(&buf[..n]))
-    });
+    show("symlink: path_readlink sl", readlink(d, "sl", 64));
+    show(
+        "symlink: path_readlink sl into 3 bytes",
+        readlink(d, "sl", 3),
+    );
     show(
         "symlink: stat sl (no follow)",
-        unsafe { wasi::path_filestat_get(d, 0, "sl") }.map(|s| kind(s.filetype).to_string()),
+        lstat(d, "sl").map(|s| kind(s.filetype).to_string()),
     );
+    show(
+        "symlink: stat sl (no follow) in full",
+        lstat(d, "sl").map(|s| fmt_stat(&s)),
+    );
+    show("symlink: stat sl (follow)", pstat(d, "sl").map(|s| fmt_stat(&s)));
     show("symlink: cat sl", cat(d, "sl"));
     show(
-        "symlink: unlink sl",
-        unsafe { wasi::path_unlink_file(d, "sl") }.map(|_| String::new()),
+        "symlink: write through sl",
+        open(d, "sl", NONE, ALL).and_then(|fd| {
+            let r = writev(fd, &[b"P"], Some(0)).map(|n| n.to_string());
+            close(fd)?;
+            r
+        }),
     );
+    show("symlink: cat target", cat(d, "target"));
+    show(
+        "symlink: open sl without SYMLINK_FOLLOW",
+        unsafe { wasi::path_open(d, 0, "sl", NONE, RO, RO, 0) }.map(|_| String::new()),
+    );
+    show(
+        "symlink: open sl CREAT|EXCL",
+        open(d, "sl", CREAT | EXCL, ALL).map(|_| String::new()),
+    );
+    show(
+        "symlink: open sl/ (trailing slash)",
+        open(d, "sl/", NONE, RO).map(|_| String::new()),
+    );
+    show(
+        "symlink: set times of sl (no follow)",
+        unsafe { wasi::path_filestat_set_times(d, 0, "sl", 0, MTIME, wasi::FSTFLAGS_MTIM) }
+            .map(|_| String::new()),
+    );
+    show(
+        "symlink: the link's mtime, the target's mtime",
+        lstat(d, "sl").and_then(|l| {
+            pstat(d, "sl").map(|t| format!("link={} target={}", l.mtim == MTIME, t.mtim == MTIME))
+        }),
+    );
+    show(
+        "symlink: set times through sl (follow)",
+        unsafe { wasi::path_filestat_set_times(d, FOLLOW, "sl", 0, OLD, wasi::FSTFLAGS_MTIM) }
+            .map(|_| String::new()),
+    );
+    show(
+        "symlink: the link's mtime, the target's mtime",
+        lstat(d, "sl").and_then(|l| {
+            pstat(d, "sl").map(|t| format!("link={} target={}", l.mtim == MTIME, t.mtim == OLD))
+        }),
+    );
+    show(
+        "symlink: hard link of sl -> hl (the link itself)",
+        unsafe { wasi::path_link(d, 0, "sl", d, "hl") }.map(|_| String::new()),
+    );
+    show("symlink: stat hl (no follow)", lstat(d, "hl").map(|s| fmt_stat(&s)));
+    show("symlink: path_readlink hl", readlink(d, "hl", 64));
+    show("symlink: unlink hl", unlink(d, "hl"));
+    show("symlink: rename sl -> sl2", unsafe {
+        wasi::path_rename(d, "sl", d, "sl2").map(|_| String::new())
+    });
+    show("symlink: path_readlink sl2", readlink(d, "sl2", 64));
+    show("symlink: cat sl2", cat(d, "sl2"));
+    show("symlink: rename sl2/ -> sl3 (trailing slash)", unsafe {
+        wasi::path_rename(d, "sl2/", d, "sl3").map(|_| String::new())
+    });
+    let _ = touch(d, "over", b"over");
+    show("symlink: rename over -> sl2 (a file over a link)", unsafe {
+        wasi::path_rename(d, "over", d, "sl2").map(|_| String::new())
+    });
+    show("symlink: stat sl2 (no follow)", lstat(d, "sl2").map(|s| fmt_stat(&s)));
+    show("symlink: cat target (untouched)", cat(d, "target"));
+    show("symlink: unlink sl2", unlink(d, "sl2"));
+
+    println!("## symlinks to directories");
+    let _ = unsafe { wasi::path_create_directory(d, "sdir") };
+    let _ = touch(d, "sdir/in", b"inside");
+    show("symlink: path_symlink in -> sdir/lnk", symlink("in", d, "sdir/lnk"));
+    show("symlink: path_symlink sdir -> dl", symlink("sdir", d, "dl"));
+    show("symlink: stat dl (follow)", pstat(d, "dl").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat dl (no follow)",
+        lstat(d, "dl").map(|s| kind(s.filetype).to_string()),
+    );
+    show(
+        "symlink: stat dl/ (no follow, trailing slash)",
+        lstat(d, "dl/").map(|s| kind(s.filetype).to_string()),
+    );
+    show("symlink: cat dl/in", cat(d, "dl/in"));
+    show("symlink: ls dl", ls(d, "dl"));
+    show(
+        "symlink: open dl (no DIRECTORY flag)",
+        open(d, "dl", NONE, RO).and_then(|fd| {
+            let s = fdstat(fd);
+            close(fd)?;
+            s
+        }),
+    );
+    show(
+        "symlink: open dl DIRECTORY without SYMLINK_FOLLOW",
+        unsafe { wasi::path_open(d, 0, "dl", DIRECTORY, RO, RO, 0) }.map(|_| String::new()),
+    );
+    show(
+        "symlink: create dl/new through the link",
+        touch(d, "dl/new", b"new").map(|_| String::new()),
+    );
+    show("symlink: ls sdir", ls(d, "sdir"));
+    show("symlink: stat dl/../target", pstat(d, "dl/../target").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: mkdir dl (exists as a link)",
+        unsafe { wasi::path_create_directory(d, "dl") }.map(|_| String::new()),
+    );
+    show(
+        "symlink: rmdir dl",
+        unsafe { wasi::path_remove_directory(d, "dl") }.map(|_| String::new()),
+    );
+    show(
+        "symlink: rmdir dl/",
+        unsafe { wasi::path_remove_directory(d, "dl/") }.map(|_| String::new()),
+    );
+    show("symlink: unlink dl/", unlink(d, "dl/"));
+    show("symlink: unlink dl", unlink(d, "dl"));
+    show("symlink: ls sdir after unlinking dl", ls(d, "sdir"));
+    rm_rf(d, "sdir");
+
+    println!("## dangling symlinks and loops");
+    show("symlink: path_symlink nowhere -> dang", symlink("nowhere", d, "dang"));
+    show("symlink: stat dang (follow)", pstat(d, "dang").map(|s| fmt_stat(&s)));
+    show("symlink: stat dang (no follow)", lstat(d, "dang").map(|s| fmt_stat(&s)));
+    show("symlink: cat dang", cat(d, "dang"));
+    show("symlink: path_readlink dang", readlink(d, "dang", 64));
+    show(
+        "symlink: open dang CREAT|EXCL",
+        open(d, "dang", CREAT | EXCL, ALL).map(|_| String::new()),
+    );
+    show(
+        "symlink: mkdir dang",
+        unsafe { wasi::path_create_directory(d, "dang") }.map(|_| String::new()),
+    );
+    show(
+        "symlink: open dang CREAT (creates the target)",
+        touch(d, "dang", b"made").map(|_| String::new()),
+    );
+    show("symlink: cat nowhere", cat(d, "nowhere"));
+    show("symlink: unlink dang", unlink(d, "dang"));
+    show("symlink: unlink nowhere", unlink(d, "nowhere"));
+    show("symlink: path_symlink loop -> loop", symlink("loop", d, "loop"));
+    show("symlink: stat loop (follow)", pstat(d, "loop").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat loop (no follow)",
+        lstat(d, "loop").map(|s| kind(s.filetype).to_string()),
+    );
+    show("symlink: cat loop", cat(d, "loop"));
+    show("symlink: stat loop/x", pstat(d, "loop/x").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: create loop/x",
+        touch(d, "loop/x", b"").map(|_| String::new()),
+    );
+    show("symlink: path_symlink pong -> ping", symlink("pong", d, "ping"));
+    show("symlink: path_symlink ping -> pong", symlink("ping", d, "pong"));
+    show("symlink: cat ping", cat(d, "ping"));
+    show("symlink: unlink loop, ping, pong", {
+        unlink(d, "loop").and(unlink(d, "ping")).and(unlink(d, "pong"))
+    });
+    // A chain: c0 -> target, c{i} -> c{i-1}. Reaching target from c{n} follows n + 1 links.
+    let chain: Vec<String> = (0..=40)
+        .map(|i| {
+            let to = if i == 0 { "target".to_string() } else { format!("c{}", i - 1) };
+            symlink(&to, d, &format!("c{i}")).map(|_| String::new())
+        })
+        .filter_map(|r| r.err().map(rawfs::errno_name))
+        .collect();
+    show("symlink: a chain of 41 links", Ok(chain.join(" ")));
+    show("symlink: cat c39 (40 links)", cat(d, "c39"));
+    show("symlink: cat c40 (41 links)", cat(d, "c40"));
+    for i in 0..=40 {
+        let _ = unlink(d, &format!("c{i}"));
+    }
+
+    println!("## symlinks that lead out");
+    show(
+        "symlink: path_symlink ../t/target -> esc",
+        symlink("../t/target", d, "esc"),
+    );
+    show("symlink: stat esc (follow)", pstat(d, "esc").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat esc (no follow)",
+        lstat(d, "esc").map(|s| kind(s.filetype).to_string()),
+    );
+    show("symlink: cat esc", cat(d, "esc"));
+    show("symlink: unlink esc", unlink(d, "esc"));
+    let _ = unsafe { wasi::path_create_directory(d, "in") };
+    show(
+        "symlink: path_symlink ../target -> in/back",
+        symlink("../target", d, "in/back"),
+    );
+    show("symlink: cat in/back (stays inside)", cat(d, "in/back"));
+    show("symlink: unlink in/back", unlink(d, "in/back"));
+    rm_rf(d, "in");
     show(
         "path_symlink to an absolute path",
-        unsafe { wasi::path_symlink("/etc/passwd", d, "abs") }.map(|_| String::new()),
+        symlink("/etc/passwd", d, "abs"),
     );
     rm_rf(d, "abs");
+    show("path_symlink with an empty target", symlink("", d, "empty"));
+    rm_rf(d, "empty");
     show(
         "path_symlink over an existing file",
-        unsafe { wasi::path_symlink("target", d, "target") }.map(|_| String::new()),
+        symlink("target", d, "target"),
     );
     show(
         "path_symlink into a missing directory",
-        unsafe { wasi::path_symlink("target", d, "missing/sl") }.map(|_| String::new()),
+        symlink("target", d, "missing/sl"),
     );
     show(
         "path_symlink below a file",
-        unsafe { wasi::path_symlink("target", d, "target/sl") }.map(|_| String::new()),
+        symlink("target", d, "target/sl"),
     );
-    show("path_readlink of a regular file", {
-        let mut buf = [0u8; 64];
-        unsafe { wasi::path_readlink(d, "target", buf.as_mut_ptr(), buf.len()) }
-            .map(|n| text(&buf[..n]))
-    });
-    show("path_readlink of a directory", {
-        let mut buf = [0u8; 64];
-        unsafe { wasi::path_readlink(d, "sub", buf.as_mut_ptr(), buf.len()) }
-            .map(|n| text(&buf[..n]))
-    });
-    show("path_readlink missing", {
-        let mut buf = [0u8; 64];
-        unsafe { wasi::path_readlink(d, "missing", buf.as_mut_ptr(), buf.len()) }
-            .map(|n| text(&buf[..n]))
-    });
+    show("path_readlink of a regular file", readlink(d, "target", 64));
+    show("path_readlink of a directory", readlink(d, "sub", 64));
+    show("path_readlink missing", readlink(d, "missing", 64));
+    rm_rf(d, "target");
 }
 
 fn unlink_while_open(d: Fd) {
