@@ -95,13 +95,14 @@ pub fn build(ctx: &mut Ctx) {
         command
     };
 
-    // The library: src.mk's LIB_SOURCES (patched files swapped in) plus the crate's generated
-    // build_version.cc, and our runtime pieces.
-    let mut lib: Vec<PathBuf> = list("LIB_SOURCES")
+    // The library: src.mk's LIB_SOURCES (patched files swapped in; util/build_version.cc
+    // generated from its template, as RocksDB's Makefile does), and our runtime pieces.
+    let version_cc = build_version(&source, &build_dir.join("generated"));
+    let lib: Vec<PathBuf> = list("LIB_SOURCES")
         .into_iter()
         .map(|f| patched.iter().find(|(orig, _)| *orig == f).map_or(f, |(_, p)| p.clone()))
+        .map(|f| if f.ends_with("util/build_version.cc") { version_cc.clone() } else { f })
         .collect();
-    lib.push(source.parent().unwrap().join("build_version.cc"));
     let runtime = vec![ours.join("port/wasi_runtime.cc")];
     let tools = list("TOOL_LIB_SOURCES");
     let bench = list("BENCH_LIB_SOURCES");
@@ -114,7 +115,13 @@ pub fn build(ctx: &mut Ctx) {
             "RocksDB 11.8.1's db_bench (`--benchmarks=fillseq,... --num N --threads T`), \
              wasm32-wasip1-threads."
                 .into(),
-            [&lib, &runtime, &tools, &bench].into_iter().flatten().cloned().chain([source.join("tools/db_bench.cc")]).collect(),
+            // db_bench links RocksDB's test utilities (comparators, compressible strings).
+            [&lib, &runtime, &tools, &bench]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .chain([source.join("test_util/testutil.cc"), source.join("tools/db_bench.cc")])
+                .collect(),
         ),
         (
             "rocksdb_ldb".into(),
@@ -353,6 +360,27 @@ fn apply_patches(source: &Path, patches: &Path, dir: &Path) -> Vec<(PathBuf, Pat
         .iter()
         .map(|f| (source.join(f), dir.join(f)))
         .collect()
+}
+
+/// `util/build_version.cc` from RocksDB's template, written only when it changes.
+fn build_version(source: &Path, dir: &Path) -> PathBuf {
+    let template = fs::read_to_string(source.join("util/build_version.cc.in"))
+        .expect("RocksDB's util/build_version.cc.in");
+    let (major, minor, patch) = ROCKSDB_VERSION;
+    let text = template
+        .replace("@GIT_SHA@", "unknown")
+        .replace("@GIT_TAG@", &format!("v{major}.{minor}.{patch}"))
+        .replace("@GIT_MOD@", "0")
+        .replace("@GIT_DATE@", "unknown")
+        .replace("@BUILD_DATE@", "unknown")
+        .replace("@ROCKSDB_PLUGIN_EXTERNS@", "")
+        .replace("@ROCKSDB_PLUGIN_BUILTINS@", "");
+    let path = dir.join("build_version.cc");
+    if fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        fs::create_dir_all(dir).unwrap();
+        fs::write(&path, text).unwrap();
+    }
+    path
 }
 
 /// An object's cache path: its path under RocksDB's tree (or ours, or the crate's) flattened.

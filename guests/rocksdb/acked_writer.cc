@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <memory>
 #include <string>
 
 #include "rocksdb/db.h"
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
   // Small memtables, so flushes and compactions run while the test kills the process.
   options.write_buffer_size = 256 << 10;
   options.max_background_jobs = 2;
-  rocksdb::DB* db = nullptr;
+  std::unique_ptr<rocksdb::DB> db;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
   if (!s.ok()) {
     fprintf(stderr, "acked_writer: open %s: %s\n", path.c_str(), s.ToString().c_str());
@@ -69,7 +70,6 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   s = db->Close();
-  delete db;
   if (!s.ok()) {
     fprintf(stderr, "acked_writer: close: %s\n", s.ToString().c_str());
     return 1;
