@@ -100,8 +100,19 @@ pub fn build(ctx: &mut Ctx) {
     let version_cc = build_version(&source, &build_dir.join("generated"));
     let lib: Vec<PathBuf> = list("LIB_SOURCES")
         .into_iter()
-        .map(|f| patched.iter().find(|(orig, _)| *orig == f).map_or(f, |(_, p)| p.clone()))
-        .map(|f| if f.ends_with("util/build_version.cc") { version_cc.clone() } else { f })
+        .map(|f| {
+            patched
+                .iter()
+                .find(|(orig, _)| *orig == f)
+                .map_or(f, |(_, p)| p.clone())
+        })
+        .map(|f| {
+            if f.ends_with("util/build_version.cc") {
+                version_cc.clone()
+            } else {
+                f
+            }
+        })
         .collect();
     let runtime = vec![ours.join("port/wasi_runtime.cc")];
     let tools = list("TOOL_LIB_SOURCES");
@@ -120,20 +131,33 @@ pub fn build(ctx: &mut Ctx) {
                 .into_iter()
                 .flatten()
                 .cloned()
-                .chain([source.join("test_util/testutil.cc"), source.join("tools/db_bench.cc")])
+                .chain([
+                    source.join("test_util/testutil.cc"),
+                    source.join("tools/db_bench.cc"),
+                ])
                 .collect(),
         ),
         (
             "rocksdb_ldb".into(),
             "RocksDB 11.8.1's ldb tool (`--db=DIR scan`, `get`, `checkconsistency`, ...).".into(),
-            [&lib, &runtime, &tools].into_iter().flatten().cloned().chain([source.join("tools/ldb.cc")]).collect(),
+            [&lib, &runtime, &tools]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .chain([source.join("tools/ldb.cc")])
+                .collect(),
         ),
         (
             "rocksdb_acked_writer".into(),
             "Writes random keys to RocksDB with sync=1, printing each acknowledged key \
              (`DB SEED COUNT`)."
                 .into(),
-            [&lib, &runtime].into_iter().flatten().cloned().chain([ours.join("acked_writer.cc")]).collect(),
+            [&lib, &runtime]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .chain([ours.join("acked_writer.cc")])
+                .collect(),
         ),
     ];
     for (test, file) in TESTS {
@@ -187,8 +211,8 @@ pub fn build(ctx: &mut Ctx) {
             .map(|s| object_path(&obj_dir, &source, &ours, s))
             .collect();
         let wasm = bin_dir.join(format!("{name}.wasm"));
-        let relink = mtime(&wasm)
-            .is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
+        let relink =
+            mtime(&wasm).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
         if relink {
             link(&flags, &objects, &wasm);
         }
@@ -209,7 +233,9 @@ fn cache_dir() -> PathBuf {
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+        });
     base.join("valet-rocksdb")
 }
 

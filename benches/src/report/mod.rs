@@ -221,7 +221,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         wall: start.elapsed(),
     };
     write::report(&results, out)?;
-    std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale)).map_err(|e| e.to_string())?;
+    std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale))
+        .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

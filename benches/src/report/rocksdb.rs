@@ -69,8 +69,14 @@ struct Run {
 /// db_bench's arguments (the data directory as given) for one sync mode at `scale`.
 fn args(scale: Scale, sync: bool, data: &str) -> Vec<String> {
     let (benchmarks, num) = match (sync, scale) {
-        (false, Scale::Small) => ("fillseq,fillrandom,overwrite,readrandom,readwhilewriting", 50_000),
-        (false, Scale::Full) => ("fillseq,fillrandom,overwrite,readrandom,readwhilewriting", 500_000),
+        (false, Scale::Small) => (
+            "fillseq,fillrandom,overwrite,readrandom,readwhilewriting",
+            50_000,
+        ),
+        (false, Scale::Full) => (
+            "fillseq,fillrandom,overwrite,readrandom,readwhilewriting",
+            500_000,
+        ),
         (true, Scale::Small) => ("fillseq,fillrandom,overwrite", 5_000),
         (true, Scale::Full) => ("fillseq,fillrandom,overwrite", 50_000),
     };
@@ -131,15 +137,17 @@ fn parse(stdout: &str) -> Vec<Bench> {
 
 /// The stock wasmtime 36 CLI, if one is installed.
 fn wasmtime36() -> Option<PathBuf> {
-    let candidates = std::env::var_os("VALET_WASMTIME36").map(PathBuf::from).into_iter().chain(
-        std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".cache/valet-rocksdb/wasmtime-36/bin/wasmtime")),
-    );
+    let candidates = std::env::var_os("VALET_WASMTIME36")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/valet-rocksdb/wasmtime-36/bin/wasmtime")),
+        );
     candidates.into_iter().find(|p| {
-        Command::new(p)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(" 36."))
+        Command::new(p).arg("--version").output().is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(" 36.")
+        })
     })
 }
 
@@ -148,7 +156,9 @@ fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, Stri
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| e.to_string());
-    cmd.stdin(Stdio::null()).stdout(file(&out)?).stderr(file(&err)?);
+    cmd.stdin(Stdio::null())
+        .stdout(file(&out)?)
+        .stderr(file(&err)?);
     let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
     let start = Instant::now();
     let code = loop {
@@ -163,7 +173,8 @@ fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, Stri
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
     Ok((code, read(&out), read(&err)))
 }
 
@@ -174,10 +185,16 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
         let (code, stdout, stderr, stats) = match setup {
             Setup::Valet(policy) => {
                 let out = runner.guest(wasm, policy, args(scale, sync, MOUNT), scale.zones())?;
-                (out.code, out.stdout.clone(), out.stderr.clone(), out.stats.clone())
+                (
+                    out.code,
+                    out.stdout.clone(),
+                    out.stderr.clone(),
+                    out.stats.clone(),
+                )
             }
             Setup::Stock36 => {
-                let wasmtime = wasmtime36().ok_or_else(|| format!("no wasmtime 36 CLI ({WASMTIME36_HINT})"))?;
+                let wasmtime = wasmtime36()
+                    .ok_or_else(|| format!("no wasmtime 36 CLI ({WASMTIME36_HINT})"))?;
                 let dir = tempfile::Builder::new()
                     .prefix("rocksdb-stock-")
                     .tempdir_in(&runner.work)
@@ -204,7 +221,11 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
         };
         let wall = start.elapsed();
         if code != 0 {
-            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message");
             return Err(format!("exit {code}: {}", last.trim()));
         }
         let benches = parse(&stdout);
@@ -213,7 +234,11 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
         }
         Ok((benches, stats, wall))
     })();
-    Run { setup, sync, result }
+    Run {
+        setup,
+        sync,
+        result,
+    }
 }
 
 /// Runs every setup (both sync modes) and returns the section's markdown.
@@ -221,7 +246,11 @@ pub fn section(runner: &Runner, scale: Scale) -> String {
     let mut runs = Vec::new();
     for sync in [false, true] {
         for setup in Setup::ALL {
-            eprintln!("report: rocksdb db_bench --sync={} under {}", u8::from(sync), setup.label());
+            eprintln!(
+                "report: rocksdb db_bench --sync={} under {}",
+                u8::from(sync),
+                setup.label()
+            );
             runs.push(one(runner, scale, setup, sync));
         }
     }
@@ -239,7 +268,10 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
         scale.name()
     );
     let _ = writeln!(md, "| sync | benchmark | setup | ops/s | P50 | P99 | P99.99 | ops/s / stock 36 | time / native |");
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     let find = |setup: Setup, sync: bool, name: &str| {
         runs.iter()
             .find(|r| r.setup == setup && r.sync == sync)
@@ -255,12 +287,22 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
             .unwrap_or_default();
         for name in &names {
             for setup in Setup::ALL {
-                let run = runs.iter().find(|r| r.setup == setup && r.sync == sync).unwrap();
+                let run = runs
+                    .iter()
+                    .find(|r| r.setup == setup && r.sync == sync)
+                    .unwrap();
                 match (&run.result, find(setup, sync, name)) {
                     (Ok(_), Some(b)) => {
                         let ratio = |other: Option<&Bench>, inverse: bool| {
                             other.filter(|o| o.ops > 0.0).map_or("-".to_string(), |o| {
-                                format!("{:.2}×", if inverse { o.ops / b.ops } else { b.ops / o.ops })
+                                format!(
+                                    "{:.2}×",
+                                    if inverse {
+                                        o.ops / b.ops
+                                    } else {
+                                        b.ops / o.ops
+                                    }
+                                )
                             })
                         };
                         let _ = writeln!(
@@ -277,7 +319,12 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
                         );
                     }
                     (Err(e), _) if name == &names[0] => {
-                        let _ = writeln!(md, "| {} | all | {} | {e} | | | | | |", u8::from(sync), setup.label());
+                        let _ = writeln!(
+                            md,
+                            "| {} | all | {} | {e} | | | | | |",
+                            u8::from(sync),
+                            setup.label()
+                        );
                     }
                     _ => {}
                 }
@@ -291,14 +338,20 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
          for `--sync=1` the device bytes (data + journal) per device flush.\n"
     );
     let _ = writeln!(md, "| sync | policy | host MiB | device MiB | WAF | WAF with metadata | GC MiB | device syncs | device bytes / sync |");
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for run in runs {
         let (Setup::Valet(policy), Ok((_, Some(s), _))) = (run.setup, &run.result) else {
             continue;
         };
         let per_sync = if s.device_syncs > 0 {
-            format!("{:.0}", (s.device_bytes + s.meta_bytes) as f64 / s.device_syncs as f64)
+            format!(
+                "{:.0}",
+                (s.device_bytes + s.meta_bytes) as f64 / s.device_syncs as f64
+            )
         } else {
             "-".into()
         };
