@@ -8,6 +8,7 @@
 mod c;
 mod go;
 mod leveldb;
+mod rocksdb;
 mod rust;
 mod toolchain;
 
@@ -66,6 +67,7 @@ fn main() {
     rust::build(&mut ctx);
     c::build(&mut ctx);
     leveldb::build(&mut ctx);
+    rocksdb::build(&mut ctx);
     go::build(&mut ctx);
     std::fs::write(ctx.out_dir.join("guests.rs"), generate(&ctx)).unwrap();
 }

@@ -8,6 +8,7 @@
 pub mod markdown;
 pub mod parse;
 pub mod plots;
+pub mod rocksdb;
 pub mod runners;
 pub mod sweeps;
 pub mod synced;
@@ -70,6 +71,9 @@ pub struct Results {
 pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some(runners::STOCK_SUBCOMMAND) {
         return runners::stock_main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("rocksdb") {
+        return rocksdb::main(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("probes") {
         return probes_main(&args[1..]);
@@ -217,6 +221,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         wall: start.elapsed(),
     };
     write::report(&results, out)?;
+    std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale))
+        .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

@@ -1,0 +1,434 @@
+//! RocksDB 11.8.1's own `db_bench` (guest `rocksdb`) side by side in one run: `valet-run`
+//! with the `rocks`, `default` and `one-stream` policies, the stock wasmtime 36 CLI with
+//! wasi-threads (the last stock CLI that runs them; 47 removed them) where one is installed,
+//! and RocksDB built natively from the same source where the guest build made one.
+//!
+//! `report rocksdb [--scale small|full] [--out DIR]` runs only this section and writes
+//! `DIR/rocksdb.md`; the full report runs it too.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use valet_vfs::Stats;
+
+use super::runners::{Runner, MOUNT};
+use super::workloads::Scale;
+
+/// The guest (db_bench) and its db directory under the mount.
+const GUEST: &str = "rocksdb";
+
+/// Where a stock wasmtime 36 CLI is looked for (besides `$VALET_WASMTIME36`):
+/// `cargo install wasmtime-cli --version 36.0.x --locked --root ~/.cache/valet-rocksdb/wasmtime-36`.
+const WASMTIME36_HINT: &str = "cargo install wasmtime-cli --version '~36.0' --locked --root ~/.cache/valet-rocksdb/wasmtime-36";
+
+/// One configuration of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Setup {
+    Valet(&'static str),
+    Stock36,
+    Native,
+}
+
+impl Setup {
+    const ALL: [Setup; 5] = [
+        Setup::Valet("rocks"),
+        Setup::Valet("default"),
+        Setup::Valet("one-stream"),
+        Setup::Stock36,
+        Setup::Native,
+    ];
+
+    fn label(self) -> String {
+        match self {
+            Setup::Valet(policy) => format!("valet-run --policy {policy}"),
+            Setup::Stock36 => "stock wasmtime 36 CLI".into(),
+            Setup::Native => "native".into(),
+        }
+    }
+}
+
+/// One db_bench benchmark's figures.
+#[derive(Clone, Debug, Default)]
+struct Bench {
+    name: String,
+    ops: f64,
+    p50: f64,
+    p99: f64,
+    p9999: f64,
+}
+
+/// One db_bench invocation under one setup.
+struct Run {
+    setup: Setup,
+    sync: bool,
+    result: Result<(Vec<Bench>, Option<Stats>, Duration), String>,
+}
+
+/// db_bench's arguments (the data directory as given) for one sync mode at `scale`.
+fn args(scale: Scale, sync: bool, data: &str) -> Vec<String> {
+    let (benchmarks, num) = match (sync, scale) {
+        (false, Scale::Small) => (
+            "fillseq,fillrandom,overwrite,readrandom,readwhilewriting",
+            50_000,
+        ),
+        (false, Scale::Full) => (
+            "fillseq,fillrandom,overwrite,readrandom,readwhilewriting",
+            500_000,
+        ),
+        (true, Scale::Small) => ("fillseq,fillrandom,overwrite", 5_000),
+        (true, Scale::Full) => ("fillseq,fillrandom,overwrite", 50_000),
+    };
+    [
+        format!("--db={data}/db"),
+        format!("--benchmarks={benchmarks}"),
+        format!("--num={num}"),
+        // The paper's shape: 20 B keys, 400 B values.
+        "--key_size=20".into(),
+        "--value_size=400".into(),
+        "--compression_type=none".into(),
+        "--write_buffer_size=4194304".into(),
+        "--histogram=1".into(),
+        format!("--sync={}", u8::from(sync)),
+        "--seed=1".into(),
+    ]
+    .to_vec()
+}
+
+/// The benchmarks of db_bench's output: each `name : X micros/op Y ops/sec ...` line and the
+/// first `Percentiles:` line after it.
+fn parse(stdout: &str) -> Vec<Bench> {
+    let mut out: Vec<Bench> = Vec::new();
+    let mut want_percentiles = false;
+    for line in stdout.lines() {
+        if let Some((name, rest)) = line.split_once(" : ") {
+            if let Some(ops) = rest
+                .split_once(" micros/op ")
+                .and_then(|(_, r)| r.split_once(" ops/sec"))
+                .and_then(|(ops, _)| ops.trim().parse::<f64>().ok())
+            {
+                out.push(Bench {
+                    name: name.trim().to_string(),
+                    ops,
+                    ..Bench::default()
+                });
+                want_percentiles = true;
+                continue;
+            }
+        }
+        if want_percentiles {
+            if let Some(rest) = line.strip_prefix("Percentiles: ") {
+                let value = |key: &str| {
+                    rest.split_once(key)
+                        .and_then(|(_, v)| v.split_whitespace().next()?.parse().ok())
+                        .unwrap_or(f64::NAN)
+                };
+                let last = out.last_mut().unwrap();
+                last.p50 = value("P50: ");
+                last.p99 = value("P99: ");
+                last.p9999 = value("P99.99: ");
+                want_percentiles = false;
+            }
+        }
+    }
+    out
+}
+
+/// The stock wasmtime 36 CLI, if one is installed.
+fn wasmtime36() -> Option<PathBuf> {
+    let candidates = std::env::var_os("VALET_WASMTIME36")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/valet-rocksdb/wasmtime-36/bin/wasmtime")),
+        );
+    candidates.into_iter().find(|p| {
+        Command::new(p).arg("--version").output().is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(" 36.")
+        })
+    })
+}
+
+/// Runs `cmd` to its end or `timeout`; (exit code, stdout, stderr).
+fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, String), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let file = |p: &Path| std::fs::File::create(p).map_err(|e| e.to_string());
+    cmd.stdin(Stdio::null())
+        .stdout(file(&out)?)
+        .stderr(file(&err)?);
+    let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let start = Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status.code().unwrap_or(-1);
+        }
+        if start.elapsed() > timeout {
+            // Our own child, by its id.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("killed after {} s", timeout.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    Ok((code, read(&out), read(&err)))
+}
+
+fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
+    let result = (|| {
+        let wasm = valet_guests::wasm(GUEST).ok_or("guest rocksdb not built")?;
+        let start = Instant::now();
+        let (code, stdout, stderr, stats) = match setup {
+            Setup::Valet(policy) => {
+                let out = runner.guest(wasm, policy, args(scale, sync, MOUNT), scale.zones())?;
+                (
+                    out.code,
+                    out.stdout.clone(),
+                    out.stderr.clone(),
+                    out.stats.clone(),
+                )
+            }
+            Setup::Stock36 => {
+                let wasmtime = wasmtime36()
+                    .ok_or_else(|| format!("no wasmtime 36 CLI ({WASMTIME36_HINT})"))?;
+                let dir = tempfile::Builder::new()
+                    .prefix("rocksdb-stock-")
+                    .tempdir_in(&runner.work)
+                    .map_err(|e| e.to_string())?;
+                let mut cmd = Command::new(wasmtime);
+                cmd.args(["run", "-W", "threads=y", "-S", "threads=y", "--dir"])
+                    .arg(format!("{}::{MOUNT}", dir.path().display()))
+                    .arg(wasm)
+                    .args(args(scale, sync, MOUNT));
+                let (code, out, err) = run_command(cmd, runner.timeout)?;
+                (code, out, err, None)
+            }
+            Setup::Native => {
+                let exe = valet_guests::native(GUEST).ok_or("no native build of RocksDB here")?;
+                let dir = tempfile::Builder::new()
+                    .prefix("rocksdb-native-")
+                    .tempdir_in(&runner.work)
+                    .map_err(|e| e.to_string())?;
+                let mut cmd = Command::new(exe);
+                cmd.args(args(scale, sync, &dir.path().to_string_lossy()));
+                let (code, out, err) = run_command(cmd, runner.timeout)?;
+                (code, out, err, None)
+            }
+        };
+        let wall = start.elapsed();
+        if code != 0 {
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message");
+            return Err(format!("exit {code}: {}", last.trim()));
+        }
+        let benches = parse(&stdout);
+        if benches.is_empty() {
+            return Err("no benchmark lines in db_bench's output".into());
+        }
+        Ok((benches, stats, wall))
+    })();
+    Run {
+        setup,
+        sync,
+        result,
+    }
+}
+
+/// Runs every setup (both sync modes) and returns the section's markdown.
+pub fn section(runner: &Runner, scale: Scale) -> String {
+    let mut runs = Vec::new();
+    for sync in [false, true] {
+        for setup in Setup::ALL {
+            eprintln!(
+                "report: rocksdb db_bench --sync={} under {}",
+                u8::from(sync),
+                setup.label()
+            );
+            runs.push(one(runner, scale, setup, sync));
+        }
+    }
+    markdown(scale, &runs)
+}
+
+fn markdown(scale: Scale, runs: &[Run]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## RocksDB 11.8.1 db_bench (`--scale {}`)\n\n20 B keys, 400 B values, no compression, \
+         4 MiB memtables, one thread; ops/s and latency percentiles in µs as db_bench reports \
+         them. One run per cell: mind the noise. The stock wasmtime 36 CLI is the last stock \
+         CLI with wasi-threads (47 removed them; RocksDB cannot run without threads).\n",
+        scale.name()
+    );
+    let _ = writeln!(md, "| sync | benchmark | setup | ops/s | P50 | P99 | P99.99 | ops/s / stock 36 | time / native |");
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let find = |setup: Setup, sync: bool, name: &str| {
+        runs.iter()
+            .find(|r| r.setup == setup && r.sync == sync)
+            .and_then(|r| r.result.as_ref().ok())
+            .and_then(|(b, _, _)| b.iter().find(|b| b.name == name))
+    };
+    for sync in [false, true] {
+        let names: Vec<String> = runs
+            .iter()
+            .filter(|r| r.sync == sync)
+            .find_map(|r| r.result.as_ref().ok())
+            .map(|(b, _, _)| b.iter().map(|b| b.name.clone()).collect())
+            .unwrap_or_default();
+        for name in &names {
+            for setup in Setup::ALL {
+                let run = runs
+                    .iter()
+                    .find(|r| r.setup == setup && r.sync == sync)
+                    .unwrap();
+                match (&run.result, find(setup, sync, name)) {
+                    (Ok(_), Some(b)) => {
+                        let ratio = |other: Option<&Bench>, inverse: bool| {
+                            other.filter(|o| o.ops > 0.0).map_or("-".to_string(), |o| {
+                                format!(
+                                    "{:.2}×",
+                                    if inverse {
+                                        o.ops / b.ops
+                                    } else {
+                                        b.ops / o.ops
+                                    }
+                                )
+                            })
+                        };
+                        let _ = writeln!(
+                            md,
+                            "| {} | {name} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                            u8::from(sync),
+                            setup.label(),
+                            b.ops,
+                            b.p50,
+                            b.p99,
+                            b.p9999,
+                            ratio(find(Setup::Stock36, sync, name), false),
+                            ratio(find(Setup::Native, sync, name), true),
+                        );
+                    }
+                    (Err(e), _) if name == &names[0] => {
+                        let _ = writeln!(
+                            md,
+                            "| {} | all | {} | {e} | | | | | |",
+                            u8::from(sync),
+                            setup.label()
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nThe store under each policy, per db_bench invocation (all its benchmarks): bytes the \
+         guest wrote to zoned files, bytes the device wrote for them (WAF), GC copies, and \
+         for `--sync=1` the device bytes (data + journal) per device flush.\n"
+    );
+    let _ = writeln!(md, "| sync | policy | host MiB | device MiB | WAF | WAF with metadata | GC MiB | device syncs | device bytes / sync |");
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    for run in runs {
+        let (Setup::Valet(policy), Ok((_, Some(s), _))) = (run.setup, &run.result) else {
+            continue;
+        };
+        let per_sync = if s.device_syncs > 0 {
+            format!(
+                "{:.0}",
+                (s.device_bytes + s.meta_bytes) as f64 / s.device_syncs as f64
+            )
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {policy} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} | {} | {per_sync} |",
+            u8::from(run.sync),
+            mib(s.host_bytes),
+            mib(s.device_bytes),
+            s.waf,
+            s.waf_with_meta,
+            mib(s.gc_bytes_moved),
+            s.device_syncs,
+        );
+    }
+    md
+}
+
+/// `report rocksdb [--scale small|full] [--out DIR]`.
+pub fn main(args: &[String]) -> i32 {
+    let mut scale = Scale::Small;
+    let mut out = PathBuf::from("bench-report");
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match (flag.as_str(), it.next()) {
+            ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s).unwrap(),
+            ("--out", Some(dir)) => out = PathBuf::from(dir),
+            _ => {
+                eprintln!("usage: report rocksdb [--scale small|full] [--out DIR]");
+                return 2;
+            }
+        }
+    }
+    let result = (|| -> Result<PathBuf, String> {
+        let work = out.join(".work-rocksdb");
+        std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+        let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let runner = Runner {
+            valet_run: super::runners::find_valet_run(&self_exe)?,
+            self_exe,
+            work: work.canonicalize().map_err(|e| e.to_string())?,
+            timeout: Duration::from_secs(scale.timeout_secs()),
+        };
+        let md = section(&runner, scale);
+        let path = out.join("rocksdb.md");
+        std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = std::fs::remove_dir_all(&work);
+        Ok(path)
+    })();
+    match result {
+        Ok(path) => {
+            eprintln!("report: wrote {}", path.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("report: {e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_db_bench_lines_and_their_percentiles() {
+        let out = "fillseq      :       2.500 micros/op 400000 ops/sec 0.125 seconds 50000 operations;  160.2 MB/s\n\
+                   Microseconds per write:\nCount: 50000 Average: 2.5000  StdDev: 1.00\n\
+                   Percentiles: P50: 1.50 P75: 2.00 P99: 9.80 P99.9: 20.00 P99.99: 120.50\n\
+                   readrandom   :       4.000 micros/op 250000 ops/sec 0.200 seconds 50000 operations; (50000 of 50000 found)\n";
+        let b = parse(out);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].name, "fillseq");
+        assert_eq!(b[0].ops, 400000.0);
+        assert_eq!((b[0].p50, b[0].p99, b[0].p9999), (1.5, 9.8, 120.5));
+        assert_eq!(b[1].name, "readrandom");
+        assert!(b[1].p50.is_nan(), "no histogram after readrandom");
+    }
+}
