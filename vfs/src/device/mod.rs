@@ -9,9 +9,11 @@
 //! embedded default: one image file, io_uring with a pread/pwrite fallback) and
 //! [`ZonefsDevice`] (a zonefs mount of a real drive).
 
+pub mod blkzone;
 mod image;
 mod io;
 mod memory;
+pub mod sysfs;
 mod zonefs;
 mod zones;
 
