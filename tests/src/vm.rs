@@ -477,7 +477,7 @@ impl Vm {
                 f.set_len(size).unwrap();
             }
             c.arg("-drive").arg(format!(
-                "file={},id=ns{nsid},format=raw,if=none,cache=writeback",
+                "file={},id=ns{nsid},format=raw,if=none,cache=writeback,discard=unmap",
                 image.display()
             ));
             let common = format!(

@@ -4,6 +4,10 @@
 //!
 //! - `VALET_ZONEFS_MOUNT`: a zonefs mount (`mount -t zonefs -o errors=repair`) of an NVMe ZNS
 //!   namespace with at least 8 zones and 4 active zones; the tests reset its zones.
+//! - `VALET_FDP_DEVICE`: an NVMe namespace with FDP (`/dev/ngXnY`) of at least 128 MiB, with
+//!   `nvme` (nvme-cli) on `PATH` to read the drive's FDP logs; the tests format it.
+//! - `VALET_POWER_PHASE=write|verify` with `VALET_FDP_DEVICE`: the two halves of the power
+//!   cut test (`tests/tests/vm_fdp.rs` kills QEMU during `write`, then boots `verify`).
 
 use std::fs::OpenOptions as FsOpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -12,7 +16,8 @@ use std::sync::Arc;
 
 use valet_vfs::device::sysfs::BlockDev;
 use valet_vfs::device::{
-    DeviceError, ZoneInfo, ZoneState, ZonedDevice, ZonefsDevice, ZonefsOptions,
+    DeviceError, FdpDevice, FdpOptions, ZoneInfo, ZonePlacement, ZoneState, ZonedDevice,
+    ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{OpenOptions, Store, StoreConfig};
 
@@ -218,7 +223,7 @@ fn store_on_zonefs_remounts_with_every_byte() {
         assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
         assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
     }
-    assert!(store.fsck().is_ok());
+    assert!(store.fsck().unwrap().is_clean());
     check_zone_map(&store);
 }
 
@@ -269,4 +274,290 @@ impl AlignedBlock {
     fn as_slice(&self) -> &[u8] {
         &self.buf[self.start..self.start + self.len]
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// FDP
+
+fn fdp_device() -> PathBuf {
+    std::env::var_os("VALET_FDP_DEVICE")
+        .map(PathBuf::from)
+        .expect("VALET_FDP_DEVICE must name an NVMe FDP namespace (the VM tests set it)")
+}
+
+/// The block device of the namespace, for nvme-cli.
+fn fdp_block_node() -> String {
+    let dev = BlockDev::of_node(&fdp_device()).unwrap();
+    dev.node().display().to_string()
+}
+
+fn nvme_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new("nvme")
+        .args(args)
+        .args(["-o", "json"])
+        .output()
+        .expect("running nvme (nvme-cli)");
+    assert!(
+        out.status.success(),
+        "nvme {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Reclaim unit available media writes (blocks) per placement identifier: `nvme fdp status`.
+fn ruamw() -> std::collections::BTreeMap<u64, u64> {
+    let status = nvme_json(&["fdp", "status", &fdp_block_node()]);
+    status["ruhss"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["pid"].as_u64().unwrap(), r["ruamw"].as_u64().unwrap()))
+        .collect()
+}
+
+/// Host bytes with metadata written, from the drive's FDP statistics log.
+fn host_bytes_written() -> u64 {
+    let stats = nvme_json(&["fdp", "stats", "/dev/nvme0", "-e", "1"]);
+    let hbmw = &stats["hbmw"];
+    hbmw.as_str()
+        .map(|s| s.parse().unwrap())
+        .or_else(|| hbmw.as_u64())
+        .expect("hbmw in nvme fdp stats")
+}
+
+fn format_fdp(zone_size: Option<u64>) -> FdpDevice {
+    let options = FdpOptions {
+        zone_size,
+        format: true,
+        ..FdpOptions::default()
+    };
+    FdpDevice::open(fdp_device(), options).unwrap()
+}
+
+/// Writes of zones owned by two streams carry two placement identifiers: the drive's own
+/// reclaim unit status shows the blocks under exactly those identifiers, and its host-bytes
+/// counter moves by exactly what the backend wrote.
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
+fn fdp_writes_carry_the_streams_placement_identifier() {
+    // Zones of one reclaim unit (the drive's nominal size).
+    let dev = format_fdp(None);
+    let g = dev.geometry();
+    let handles = dev.placement_handles().to_vec();
+    println!(
+        "fdp: {} zones of {} MiB, handles {handles:?}, writes by {}",
+        g.zone_count,
+        g.zone_size >> 20,
+        dev.io_kind()
+    );
+    assert!(handles.len() >= 4, "{handles:?}");
+    let place = |stream| ZonePlacement {
+        tenant: 0,
+        stream,
+        group: 0,
+    };
+    dev.assign_zone(0, &place(1));
+    dev.assign_zone(1, &place(2));
+    let (p1, p2) = (dev.zone_placement(0).unwrap(), dev.zone_placement(1).unwrap());
+    assert_ne!(p1, p2, "two streams, one placement identifier");
+    let before = ruamw();
+    let hbmw = host_bytes_written();
+    let written = dev.bytes_written();
+    let mib = pattern(9, 1 << 20);
+    dev.write(0, 0, &mib).unwrap();
+    dev.write(1, 0, &mib[..512 * 1024]).unwrap();
+    dev.append(1, &mib[..512 * 1024]).unwrap();
+    dev.write(0, 1 << 20, &mib).unwrap();
+    dev.sync().unwrap();
+    let after = ruamw();
+    let blocks = |bytes: u64| bytes / g.block_size as u64;
+    for (pid, left) in &after {
+        let used = before[pid] - left;
+        let expect = match *pid as u16 {
+            p if p == p1 => blocks(2 << 20),
+            p if p == p2 => blocks(1 << 20),
+            _ => 0,
+        };
+        assert_eq!(used, expect, "placement id {pid}: {before:?} -> {after:?}");
+    }
+    assert_eq!(
+        host_bytes_written() - hbmw,
+        dev.bytes_written() - written,
+        "the drive's host bytes against the backend's"
+    );
+    let mut back = vec![0; 1 << 20];
+    dev.read(1, 0, &mut back).unwrap();
+    assert!(back[..512 * 1024] == mib[..512 * 1024] && back[512 * 1024..] == mib[..512 * 1024]);
+    println!("fdp: placement ids {p1} (stream 1) and {p2} (stream 2) used {:?}", after);
+}
+
+/// Reset deallocates the range (it reads back as zeros), finish and reset survive a reopen,
+/// and a reopen without a clean close still finds every zone's table state.
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
+fn fdp_reset_deallocates_and_the_table_survives_reopen() {
+    let dev = format_fdp(Some(1 << 20));
+    let bs = dev.geometry().block_size as usize;
+    let data = pattern(3, 8 * bs);
+    dev.write(2, 0, &data).unwrap();
+    dev.write(3, 0, &data).unwrap();
+    dev.finish(3).unwrap();
+    dev.write(4, 0, &data).unwrap();
+    dev.sync().unwrap();
+    dev.reset(2).unwrap();
+    dev.sync().unwrap();
+    let mut back = vec![1; 8 * bs];
+    dev.read_unwritten(2, 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "a reset range must read as deallocated");
+    drop(dev);
+    let dev = FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap();
+    assert_eq!(dev.zone_info(2).unwrap().state, ZoneState::Empty);
+    assert_eq!(dev.zone_info(3).unwrap().state, ZoneState::Full);
+    assert_eq!(dev.zone_info(4).unwrap().write_pointer, 8 * bs as u64);
+    dev.read(4, 0, &mut back).unwrap();
+    assert_eq!(back, data);
+    // A second process cannot open it meanwhile.
+    assert!(FdpDevice::open(fdp_device(), FdpOptions::default()).is_err());
+}
+
+/// The store on FDP: logs and tables in zones with different placement identifiers, every
+/// byte back after a remount, and the drive's host-bytes counter against the store's own
+/// accounting (data + metadata): they differ only by the backend's zone-table writes, at
+/// most one block per sync.
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
+fn store_on_fdp_separates_streams_and_remounts() {
+    drop(format_fdp(Some(4 << 20)));
+    let conventional = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 128 * 1024,
+        conventional_dir: Some(conventional.path().to_path_buf()),
+        ..Default::default()
+    };
+    let hbmw = host_bytes_written();
+    let dev = Arc::new(FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap());
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config.clone()).unwrap();
+    let (_, root) = store.tenant("db").unwrap();
+    let files = [("000001.log", 700_001usize), ("000002.ldb", 1_300_000)];
+    for (i, (name, len)) in files.iter().enumerate() {
+        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        let data = pattern(i as u32, *len);
+        for (n, chunk) in data.chunks(4000).enumerate() {
+            f.write_at(chunk, (n * 4000) as u64).unwrap();
+            if n % 50 == 0 {
+                f.sync_data().unwrap();
+            }
+        }
+        f.sync_all().unwrap();
+        f.close().unwrap();
+    }
+    let owners = store.zone_owners();
+    let mut pid_of_stream = std::collections::BTreeMap::new();
+    for (zone, _, stream) in &owners {
+        let pid = dev.zone_placement(*zone).unwrap();
+        pid_of_stream.entry(*stream).or_insert_with(Vec::new).push(pid);
+    }
+    println!("fdp: placement ids by stream {pid_of_stream:?}");
+    let log_pids = &pid_of_stream[&1];
+    let table_pids = &pid_of_stream[&2];
+    assert!(log_pids.iter().all(|p| !table_pids.contains(p)), "{pid_of_stream:?}");
+    let stats = store.stats();
+    let drive = host_bytes_written() - hbmw;
+    let ours = stats.device_bytes + stats.meta_bytes;
+    let bs = dev.geometry().block_size as u64;
+    println!(
+        "fdp: drive host bytes {drive}, store device+meta bytes {ours}, syncs {}, backend {}",
+        dev.sync_count(),
+        dev.bytes_written()
+    );
+    assert_eq!(drive, dev.bytes_written());
+    assert!(drive >= ours && drive - ours <= bs * (dev.sync_count() + 1), "{drive} vs {ours}");
+    drop(store);
+    drop(dev);
+    let dev = Arc::new(FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap());
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, root) = store.tenant("db").unwrap();
+    for (i, (name, len)) in files.iter().enumerate() {
+        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+        let mut buf = vec![0; len + 1];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
+        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
+    }
+    assert!(store.fsck().unwrap().is_clean());
+    // After the remount the device was told the owners again.
+    for (zone, _, stream) in store.zone_owners() {
+        assert!(pid_of_stream[&stream].contains(&dev.zone_placement(zone).unwrap()));
+    }
+}
+
+/// One half of the power-cut test, chosen by `VALET_POWER_PHASE`:
+/// - `write`: formats the namespace, then appends records to three files in turn, each
+///   followed by an fdatasync, and prints `ACK <file> <bytes>` after every sync returns,
+///   forever (the host kills QEMU);
+/// - `verify`: mounts (recovering), runs fsck, checks every byte of every file against the
+///   pattern, and prints `RECOVERED <file> <bytes>` (the host compares with the last ACKs).
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE and VALET_POWER_PHASE; run by tests/tests/vm_fdp.rs"]
+fn fdp_power_cut_phase() {
+    let phase = std::env::var("VALET_POWER_PHASE").expect("VALET_POWER_PHASE");
+    let conventional = PathBuf::from("/data/conventional");
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 128 * 1024,
+        conventional_dir: Some(conventional),
+        ..Default::default()
+    };
+    let names = ["a.log", "b.ldb", "c.dat"];
+    if phase == "write" {
+        drop(format_fdp(Some(4 << 20)));
+        let dev = FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap();
+        let store = Store::open(Arc::new(dev), config).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let files: Vec<_> = names
+            .iter()
+            .map(|n| store.open_file(root, n, OpenOptions::create()).unwrap())
+            .collect();
+        let mut sizes = [0u64; 3];
+        for round in 0u64.. {
+            let i = (round % 3) as usize;
+            // Records of varied length: small ones travel inline in the journal.
+            let len = [430usize, 4096, 70_000, 1500][(round / 3 % 4) as usize];
+            let data = pattern_at(i as u32, sizes[i], len);
+            files[i].write_at(&data, sizes[i]).unwrap();
+            files[i].sync_data().unwrap();
+            sizes[i] += len as u64;
+            println!("ACK {} {}", names[i], sizes[i]);
+        }
+    } else {
+        let dev = FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap();
+        let store = Store::open(Arc::new(dev), config).unwrap();
+        let report = store.fsck().expect("fsck after the power cut");
+        println!("fsck: {report:?}");
+        assert!(report.is_clean(), "fsck after the power cut: {report:?}");
+        let (_, root) = store.tenant("app").unwrap();
+        for (i, name) in names.iter().enumerate() {
+            let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+            let size = f.metadata().unwrap().size;
+            let mut buf = vec![0; size as usize];
+            assert_eq!(f.read_at(&mut buf, 0).unwrap() as u64, size);
+            assert!(
+                buf == pattern_at(i as u32, 0, size as usize),
+                "{name}: recovered bytes differ from what was written"
+            );
+            println!("RECOVERED {name} {size}");
+        }
+    }
+}
+
+/// The bytes at `offset..offset + len` of a file whose content is a fixed function of the
+/// offset (so a recovered prefix can be checked without knowing the record boundaries).
+fn pattern_at(seed: u32, offset: u64, len: usize) -> Vec<u8> {
+    (offset..offset + len as u64)
+        .map(|o| {
+            let x = (o as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(0x9E37_79B9);
+            (x >> 13) as u8
+        })
+        .collect()
 }

@@ -55,7 +55,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use valet_vfs::device::{
     DeviceError, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice,
-    ZonefsDevice, ZonefsOptions,
+    FdpDevice, FdpOptions, ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{Error, FileHandle, FileKind, Ino, OpenOptions, Stats, Store, StoreConfig};
 
@@ -681,6 +681,59 @@ impl Backend for Zonefs {
 
     fn try_mount(&self) -> valet_vfs::Result<Store> {
         let dev = ZonefsDevice::open(&self.root, ZonefsOptions::default())?;
+        Store::open(Arc::new(dev), self.config.clone())
+    }
+}
+
+/// The FDP backend on a real NVMe namespace with FDP, `$VALET_MODEL_FDP` (`/dev/ngXnY`): the
+/// VM tests (`tests/tests/vm_fdp.rs`) run this inside QEMU. Every case formats the namespace
+/// afresh in 1 MiB zones (every range deallocated, new tables) with three active zones, like
+/// the LARGE geometry.
+struct Fdp {
+    path: PathBuf,
+    _conventional: tempfile::TempDir,
+    setup: Setup,
+    config: StoreConfig,
+}
+
+impl Fdp {
+    fn from_env() -> Self {
+        let path = std::env::var_os("VALET_MODEL_FDP")
+            .map(PathBuf::from)
+            .expect("VALET_MODEL_FDP must name an FDP namespace (the VM tests set it)");
+        let options = FdpOptions {
+            zone_size: Some(1 << 20),
+            max_active: Some(LARGE.geometry.max_active),
+            format: true,
+            ..FdpOptions::default()
+        };
+        let dev = FdpDevice::open(&path, options).unwrap();
+        let setup = Setup {
+            geometry: dev.geometry(),
+            ..LARGE
+        };
+        drop(dev);
+        let conventional = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            conventional_dir: Some(conventional.path().to_path_buf()),
+            ..setup.config()
+        };
+        Fdp {
+            path,
+            _conventional: conventional,
+            setup,
+            config,
+        }
+    }
+}
+
+impl Backend for Fdp {
+    fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    fn try_mount(&self) -> valet_vfs::Result<Store> {
+        let dev = FdpDevice::open(&self.path, FdpOptions::default())?;
         Store::open(Arc::new(dev), self.config.clone())
     }
 }
@@ -1681,6 +1734,13 @@ proptest! {
     #[ignore = "needs a zonefs mount in VALET_MODEL_ZONEFS; the VM tests run it"]
     fn zonefs_store_matches_model(ops in prop::collection::vec(op(false, 1), 1..250)) {
         Harness::new(Zonefs::from_env(), false).run(&ops);
+    }
+
+    /// The model on the FDP backend over a real NVMe FDP namespace, with remounts.
+    #[test]
+    #[ignore = "needs an FDP namespace in VALET_MODEL_FDP; the VM tests run it"]
+    fn fdp_store_matches_model(ops in prop::collection::vec(op(false, 1), 1..250)) {
+        Harness::new(Fdp::from_env(), false).run(&ops);
     }
 }
 

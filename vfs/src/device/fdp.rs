@@ -210,14 +210,21 @@ impl FdpDevice {
             .logical_block_size()
             .map_err(|e| fail(e.to_string()))? as u64;
         let size = dev.size().map_err(|e| fail(e.to_string()))?;
-        let writer = PlacementWriter::new(generic, nsid, bs as u32);
+        // Passthrough commands are not split by the block layer: none may exceed the
+        // controller's transfer limit.
+        let max_transfer = dev
+            .number("queue/max_hw_sectors_kb")
+            .map_err(|e| fail(e.to_string()))?
+            * 1024;
+        let writer = PlacementWriter::new(generic, nsid, bs as u32, max_transfer.max(bs));
 
         let mut header = AlignedBuffer::zeroed(bs as usize);
         block
             .read_exact_at(header.as_mut_slice(), 0)
             .map_err(|e| fail(format!("cannot read the header: {e}")))?;
         let blank = header.as_slice().iter().all(|&b| b == 0);
-        let (geometry, layout, state, formatted_bytes) = if &header.as_slice()[..8] == MAGIC {
+        let ours = &header.as_slice()[..8] == MAGIC;
+        let (geometry, layout, state, formatted_bytes) = if ours && !options.format {
             let (geometry, layout) = decode_header(header.as_slice(), bs, size).map_err(fail)?;
             let (seq, entries) = read_tables(&block, &layout).map_err(fail)?;
             let table = ZoneTable::restore(geometry, &entries).map_err(fail)?;

@@ -192,21 +192,25 @@ pub struct PlacementWriter {
     generic: File,
     nsid: u32,
     block_size: u32,
+    /// Largest write one command may carry (the controller's transfer limit).
+    max_transfer: u64,
     /// io_uring with 128-byte submissions and 32-byte completions (as `URING_CMD` needs);
     /// `None` where the kernel refuses io_uring: the ioctl then writes.
     ring: Option<Mutex<IoUring<squeue::Entry128, cqueue::Entry32>>>,
 }
 
 impl PlacementWriter {
-    pub fn new(generic: File, nsid: u32, block_size: u32) -> PlacementWriter {
+    pub fn new(generic: File, nsid: u32, block_size: u32, max_transfer: u64) -> PlacementWriter {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry32>::builder()
             .build(8)
             .ok()
             .map(Mutex::new);
+        let bs = block_size as u64;
         PlacementWriter {
             generic,
             nsid,
             block_size,
+            max_transfer: (max_transfer / bs).clamp(1, 1 << 16) * bs,
             ring,
         }
     }
@@ -221,27 +225,29 @@ impl PlacementWriter {
     }
 
     /// Writes `data` (block aligned in memory and length) at byte `offset` of the namespace
-    /// with placement identifier `pid`.
+    /// with placement identifier `pid`, in commands of at most the transfer limit.
     pub fn write(&self, offset: u64, data: &[u8], pid: u16) -> io::Result<()> {
         let bs = self.block_size as u64;
         debug_assert!(offset % bs == 0 && data.len() as u64 % bs == 0);
-        let lba = offset / bs;
-        let blocks = (data.len() as u64 / bs) as u32;
-        let cmd = write_command(
-            self.nsid,
-            lba,
-            blocks,
-            data.as_ptr() as u64,
-            data.len() as u32,
-            pid,
-        );
-        match &self.ring {
-            Some(ring) => self.submit(ring, cmd),
-            None => {
-                let mut cmd = cmd;
-                ioctl(&self.generic, NVME_IOCTL_IO_CMD, &mut cmd, "NVMe write")
+        for (i, chunk) in data.chunks(self.max_transfer as usize).enumerate() {
+            let at = offset + i as u64 * self.max_transfer;
+            let cmd = write_command(
+                self.nsid,
+                at / bs,
+                (chunk.len() as u64 / bs) as u32,
+                chunk.as_ptr() as u64,
+                chunk.len() as u32,
+                pid,
+            );
+            match &self.ring {
+                Some(ring) => self.submit(ring, cmd)?,
+                None => {
+                    let mut cmd = cmd;
+                    ioctl(&self.generic, NVME_IOCTL_IO_CMD, &mut cmd, "NVMe write")?
+                }
             }
         }
+        Ok(())
     }
 
     fn submit(
