@@ -307,11 +307,6 @@ impl FdpDevice {
         &self.handles
     }
 
-    /// The placement identifier `zone`'s writes carry now.
-    pub fn zone_placement(&self, zone: ZoneId) -> Option<u16> {
-        self.lock().pids.get(zone as usize).copied()
-    }
-
     /// How writes reach the drive (`"io_uring passthrough"` or `"ioctl passthrough"`).
     pub fn io_kind(&self) -> &'static str {
         self.writer.kind()
@@ -503,6 +498,10 @@ impl ZonedDevice for FdpDevice {
         if let Some(slot) = self.lock().pids.get_mut(zone as usize) {
             *slot = pid;
         }
+    }
+
+    fn zone_placement(&self, zone: ZoneId) -> Option<u16> {
+        self.lock().pids.get(zone as usize).copied()
     }
 
     fn sync(&self) -> Result<(), DeviceError> {

@@ -238,6 +238,12 @@ pub trait ZonedDevice: Send + Sync {
     /// it for the zone's writes; others ignore it.
     fn assign_zone(&self, _zone: ZoneId, _placement: &ZonePlacement) {}
 
+    /// The placement identifier `zone`'s writes carry on a device that tags writes (FDP);
+    /// `None` elsewhere.
+    fn zone_placement(&self, _zone: ZoneId) -> Option<u16> {
+        None
+    }
+
     /// Makes every completed write, reset and finish durable (a device cache flush).
     fn sync(&self) -> Result<(), DeviceError>;
 
