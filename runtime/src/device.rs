@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use valet_vfs::device::{
-    FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice,
-    ZonefsDevice, ZonefsOptions,
+    FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice, ZonefsDevice,
+    ZonefsOptions,
 };
 use valet_vfs::{Store, StoreConfig};
 

@@ -186,7 +186,9 @@ impl Initramfs {
     /// busybox and the directories every guest needs.
     pub fn new(assets: &Assets, kernel: &Kernel) -> Initramfs {
         let root = tempfile::tempdir().expect("tempdir");
-        for dir in ["bin", "dev", "proc", "sys", "tmp", "mnt", "lib", "modules", "data"] {
+        for dir in [
+            "bin", "dev", "proc", "sys", "tmp", "mnt", "lib", "modules", "data",
+        ] {
             fs::create_dir_all(root.path().join(dir)).unwrap();
         }
         fs::copy(&assets.busybox, root.path().join("bin/busybox")).expect("copying busybox");
@@ -220,6 +222,20 @@ impl Initramfs {
         fs::write(dest, contents).unwrap();
     }
 
+    /// Copies the host directory tree `host` to `inside` (e.g. a compiled-module cache).
+    pub fn add_dir(&mut self, host: &Path, inside: &str) {
+        for entry in fs::read_dir(host).unwrap_or_else(|e| panic!("{}: {e}", host.display())) {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = format!("{}/{name}", inside.trim_end_matches('/'));
+            if entry.file_type().unwrap().is_dir() {
+                self.add_dir(&entry.path(), &path);
+            } else {
+                self.add_file(&path, &fs::read(entry.path()).unwrap());
+            }
+        }
+    }
+
     /// Adds kernel module `name` (e.g. `zonefs`) and what it depends on, from `modules.dep`,
     /// decompressed (busybox's insmod reads plain `.ko` files). Built-in modules add nothing.
     pub fn add_module(&mut self, name: &str) {
@@ -240,8 +256,8 @@ impl Initramfs {
             .lines()
             .find(|l| file_name(l.split(':').next().unwrap()) == wanted)
         else {
-            let builtin = fs::read_to_string(self.kernel.modules.join("modules.builtin"))
-                .unwrap_or_default();
+            let builtin =
+                fs::read_to_string(self.kernel.modules.join("modules.builtin")).unwrap_or_default();
             assert!(
                 builtin.lines().any(|l| file_name(l) == wanted),
                 "module {name} is neither in modules.dep nor built in"
@@ -290,7 +306,9 @@ impl Initramfs {
         );
         for module in &self.modules {
             // busybox insmod ignores boot options, so module parameters go here.
-            init.push_str(&format!("insmod {module} || echo 'insmod {module} failed'\n"));
+            init.push_str(&format!(
+                "insmod {module} || echo 'insmod {module} failed'\n"
+            ));
         }
         init.push_str(
             "i=0\n\
@@ -334,11 +352,7 @@ impl Initramfs {
             .spawn()
             .expect("running cpio (Debian's cpio)");
         use std::io::Write;
-        cpio.stdin
-            .take()
-            .unwrap()
-            .write_all(&list.stdout)
-            .unwrap();
+        cpio.stdin.take().unwrap().write_all(&list.stdout).unwrap();
         assert!(cpio.wait().unwrap().success(), "cpio failed");
     }
 }
@@ -429,22 +443,22 @@ impl Vm {
             "-append",
             "console=ttyS0 quiet panic=-1 no_timer_check nvme_core.multipath=N",
         ]);
-        let fdp = self
-            .namespaces
-            .iter()
-            .find_map(|ns| match ns {
-                Namespace::Fdp {
-                    reclaim_unit,
-                    handles,
-                    ..
-                } => Some((*reclaim_unit, *handles)),
-                _ => None,
-            });
+        let fdp = self.namespaces.iter().find_map(|ns| match ns {
+            Namespace::Fdp {
+                reclaim_unit,
+                handles,
+                ..
+            } => Some((*reclaim_unit, *handles)),
+            _ => None,
+        });
         let zns = self
             .namespaces
             .iter()
             .any(|ns| matches!(ns, Namespace::Zns { .. }));
-        assert!(!(zns && fdp.is_some()), "one controller: ZNS or FDP, not both");
+        assert!(
+            !(zns && fdp.is_some()),
+            "one controller: ZNS or FDP, not both"
+        );
         match fdp {
             Some((ru, handles)) => {
                 c.args([
@@ -590,7 +604,10 @@ pub fn cargo_test_binary(package: &str, test: &str) -> PathBuf {
         .stderr(Stdio::inherit())
         .output()
         .expect("running cargo");
-    assert!(out.status.success(), "cargo test --no-run -p {package} --test {test} failed");
+    assert!(
+        out.status.success(),
+        "cargo test --no-run -p {package} --test {test} failed"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     for line in stdout.lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -610,7 +627,14 @@ pub fn cargo_test_binary(package: &str, test: &str) -> PathBuf {
 pub fn cargo_bin(package: &str, name: &str) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["build", "-p", package, "--bin", name, "--message-format=json"]);
+    command.args([
+        "build",
+        "-p",
+        package,
+        "--bin",
+        name,
+        "--message-format=json",
+    ]);
     if is_release() {
         command.arg("--release");
     }
@@ -618,7 +642,10 @@ pub fn cargo_bin(package: &str, name: &str) -> PathBuf {
         .stderr(Stdio::inherit())
         .output()
         .expect("running cargo");
-    assert!(out.status.success(), "cargo build -p {package} --bin {name} failed");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} --bin {name} failed"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     for line in stdout.lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {

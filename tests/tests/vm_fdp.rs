@@ -17,9 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use valet_tests::vm::{
-    cargo_test_binary, Assets, Initramfs, Kernel, KernelSeries, Namespace, Vm,
-};
+use valet_tests::vm::{cargo_test_binary, Assets, Initramfs, Kernel, KernelSeries, Namespace, Vm};
 
 const MIB: u64 = 1 << 20;
 
@@ -70,8 +68,16 @@ fn store_runs_on_fdp_in_a_vm() {
     let run = fdp_vm(&assets, &kernel, cpio, &dir.path().join("fdp.img")).run();
     println!("{}", run.console);
     run.assert_ok("FDP tests in the VM");
-    assert!(run.console.contains("test result: ok. 3 passed"), "{}", run.tail());
-    assert!(run.console.contains("test result: ok. 1 passed"), "{}", run.tail());
+    assert!(
+        run.console.contains("test result: ok. 3 passed"),
+        "{}",
+        run.tail()
+    );
+    assert!(
+        run.console.contains("test result: ok. 1 passed"),
+        "{}",
+        run.tail()
+    );
     eprintln!("FDP VM: {:.1} s", run.elapsed.as_secs_f64());
 }
 

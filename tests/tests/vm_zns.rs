@@ -62,7 +62,15 @@ fn store_runs_on_kernel_zonefs_in_a_vm() {
     let run = vm.run();
     println!("{}", run.console);
     run.assert_ok("zonefs tests in the VM");
-    assert!(run.console.contains("test result: ok. 4 passed"), "{}", run.tail());
-    assert!(run.console.contains("test result: ok. 1 passed"), "{}", run.tail());
+    assert!(
+        run.console.contains("test result: ok. 4 passed"),
+        "{}",
+        run.tail()
+    );
+    assert!(
+        run.console.contains("test result: ok. 1 passed"),
+        "{}",
+        run.tail()
+    );
     eprintln!("zonefs VM: {:.1} s", run.elapsed.as_secs_f64());
 }

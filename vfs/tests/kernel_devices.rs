@@ -150,7 +150,10 @@ fn zonefs_reports_the_drives_own_limit_errors() {
         .unwrap()
         .max_active_zones()
         .unwrap();
-    assert!(active > 0 && active < g.zone_count - 1, "need a drive with an active limit");
+    assert!(
+        active > 0 && active < g.zone_count - 1,
+        "need a drive with an active limit"
+    );
     let block = pattern(7, bs);
     // Fill the drive's active resources from the last zones, through zonefs directly.
     let mut outside = Vec::new();
@@ -232,7 +235,10 @@ fn store_on_zonefs_remounts_with_every_byte() {
 fn check_zone_map(store: &Store) {
     let owners = store.zone_owners();
     let streams: std::collections::BTreeSet<u32> = owners.iter().map(|o| o.2).collect();
-    assert!(streams.len() >= 2, "logs and tables share zones: {owners:?}");
+    assert!(
+        streams.len() >= 2,
+        "logs and tables share zones: {owners:?}"
+    );
     let ours = store.device().report_zones();
     let kernel = {
         let dev = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default()).unwrap();
@@ -359,7 +365,10 @@ fn fdp_writes_carry_the_streams_placement_identifier() {
     };
     dev.assign_zone(0, &place(1));
     dev.assign_zone(1, &place(2));
-    let (p1, p2) = (dev.zone_placement(0).unwrap(), dev.zone_placement(1).unwrap());
+    let (p1, p2) = (
+        dev.zone_placement(0).unwrap(),
+        dev.zone_placement(1).unwrap(),
+    );
     assert_ne!(p1, p2, "two streams, one placement identifier");
     let before = ruamw();
     let hbmw = host_bytes_written();
@@ -389,7 +398,10 @@ fn fdp_writes_carry_the_streams_placement_identifier() {
     let mut back = vec![0; 1 << 20];
     dev.read(1, 0, &mut back).unwrap();
     assert!(back[..512 * 1024] == mib[..512 * 1024] && back[512 * 1024..] == mib[..512 * 1024]);
-    println!("fdp: placement ids {p1} (stream 1) and {p2} (stream 2) used {:?}", after);
+    println!(
+        "fdp: placement ids {p1} (stream 1) and {p2} (stream 2) used {:?}",
+        after
+    );
 }
 
 /// Reset deallocates the range (it reads back as zeros), finish and reset survive a reopen,
@@ -409,7 +421,10 @@ fn fdp_reset_deallocates_and_the_table_survives_reopen() {
     dev.sync().unwrap();
     let mut back = vec![1; 8 * bs];
     dev.read_unwritten(2, 0, &mut back).unwrap();
-    assert!(back.iter().all(|&b| b == 0), "a reset range must read as deallocated");
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "a reset range must read as deallocated"
+    );
     drop(dev);
     let dev = FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap();
     assert_eq!(dev.zone_info(2).unwrap().state, ZoneState::Empty);
@@ -457,12 +472,18 @@ fn store_on_fdp_separates_streams_and_remounts() {
     let mut pid_of_stream = std::collections::BTreeMap::new();
     for (zone, _, stream) in &owners {
         let pid = dev.zone_placement(*zone).unwrap();
-        pid_of_stream.entry(*stream).or_insert_with(Vec::new).push(pid);
+        pid_of_stream
+            .entry(*stream)
+            .or_insert_with(Vec::new)
+            .push(pid);
     }
     println!("fdp: placement ids by stream {pid_of_stream:?}");
     let log_pids = &pid_of_stream[&1];
     let table_pids = &pid_of_stream[&2];
-    assert!(log_pids.iter().all(|p| !table_pids.contains(p)), "{pid_of_stream:?}");
+    assert!(
+        log_pids.iter().all(|p| !table_pids.contains(p)),
+        "{pid_of_stream:?}"
+    );
     let stats = store.stats();
     let drive = host_bytes_written() - hbmw;
     let ours = stats.device_bytes + stats.meta_bytes;
@@ -473,7 +494,10 @@ fn store_on_fdp_separates_streams_and_remounts() {
         dev.bytes_written()
     );
     assert_eq!(drive, dev.bytes_written());
-    assert!(drive >= ours && drive - ours <= bs * (dev.sync_count() + 1), "{drive} vs {ours}");
+    assert!(
+        drive >= ours && drive - ours <= bs * (dev.sync_count() + 1),
+        "{drive} vs {ours}"
+    );
     drop(store);
     drop(dev);
     let dev = Arc::new(FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap());

@@ -54,8 +54,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use valet_vfs::device::{
-    DeviceError, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice,
-    FdpDevice, FdpOptions, ZonefsDevice, ZonefsOptions,
+    DeviceError, FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId,
+    ZoneInfo, ZonedDevice, ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{Error, FileHandle, FileKind, Ino, OpenOptions, Stats, Store, StoreConfig};
 
@@ -651,7 +651,11 @@ impl Zonefs {
             .map(PathBuf::from)
             .expect("VALET_MODEL_ZONEFS must name a zonefs mount (the VM tests set it)");
         let dev = ZonefsDevice::open(&root, ZonefsOptions::default()).unwrap();
-        assert!(dev.is_kernel_zonefs(), "{} is not a zonefs mount", root.display());
+        assert!(
+            dev.is_kernel_zonefs(),
+            "{} is not a zonefs mount",
+            root.display()
+        );
         for zone in 0..dev.geometry().zone_count {
             dev.reset(zone).unwrap();
         }

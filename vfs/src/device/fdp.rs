@@ -180,10 +180,9 @@ impl FdpDevice {
         let node = dev.node();
         let generic_node = PathBuf::from(format!(
             "/dev/ng{}",
-            dev.name.strip_prefix("nvme").ok_or_else(|| fail(format!(
-                "{} is not an NVMe namespace",
-                dev.name
-            )))?
+            dev.name
+                .strip_prefix("nvme")
+                .ok_or_else(|| fail(format!("{} is not an NVMe namespace", dev.name)))?
         ));
         let block = OpenOptions::new()
             .read(true)
@@ -206,9 +205,7 @@ impl FdpDevice {
         if handles.is_empty() {
             return Err(fail("the namespace has no placement handles".into()));
         }
-        let bs = dev
-            .logical_block_size()
-            .map_err(|e| fail(e.to_string()))? as u64;
+        let bs = dev.logical_block_size().map_err(|e| fail(e.to_string()))? as u64;
         let size = dev.size().map_err(|e| fail(e.to_string()))?;
         // Passthrough commands are not split by the block layer: none may exceed the
         // controller's transfer limit.
@@ -260,8 +257,12 @@ impl FdpDevice {
                 written += write_table(&block, &layout, copy, &entries).map_err(fail)?;
             }
             // Deallocate the data area so the drive starts with nothing valid there.
-            discard(&block, layout.data_start, layout.zone_count as u64 * zone_size)
-                .map_err(|e| fail(format!("deallocating the namespace: {e}")))?;
+            discard(
+                &block,
+                layout.data_start,
+                layout.zone_count as u64 * zone_size,
+            )
+            .map_err(|e| fail(format!("deallocating the namespace: {e}")))?;
             let header = encode_header(&geometry, &layout);
             block
                 .write_all_at(header.as_slice(), 0)
@@ -450,7 +451,10 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn restore_write_pointer(&self, zone: ZoneId, wp: u64) -> Result<(), DeviceError> {
-        self.lock().table.restore_write_pointer(zone, wp).map(|_| ())
+        self.lock()
+            .table
+            .restore_write_pointer(zone, wp)
+            .map(|_| ())
     }
 
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {

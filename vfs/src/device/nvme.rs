@@ -166,7 +166,9 @@ pub fn reclaim_unit_size(controller: &File, nsid: u32) -> io::Result<u64> {
     let d = &log.as_slice()[16..];
     let runs = u64::from_le_bytes(d[16..24].try_into().unwrap());
     if runs == 0 {
-        return Err(io::Error::other("the FDP configuration reports no reclaim unit size"));
+        return Err(io::Error::other(
+            "the FDP configuration reports no reclaim unit size",
+        ));
     }
     Ok(runs)
 }
@@ -292,7 +294,8 @@ impl AlignedBuffer {
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).expect("layout");
         // SAFETY: non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuffer { ptr, layout }
     }
 

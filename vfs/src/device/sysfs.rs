@@ -71,9 +71,8 @@ impl BlockDev {
     /// A numeric attribute.
     pub fn number(&self, name: &str) -> io::Result<u64> {
         let text = self.attr(name)?;
-        text.parse().map_err(|_| {
-            io::Error::other(format!("{}/{name}: not a number: `{text}`", self.name))
-        })
+        text.parse()
+            .map_err(|_| io::Error::other(format!("{}/{name}: not a number: `{text}`", self.name)))
     }
 
     /// A numeric attribute, or `None` where this kernel has no such attribute.

@@ -158,7 +158,9 @@ impl ZonefsDevice {
                 _ => ZoneState::Closed,
             };
             if let Some(k) = &kernel {
-                state = k.check_zone(zone, state, size).map_err(|why| bad(&path, why))?;
+                state = k
+                    .check_zone(zone, state, size)
+                    .map_err(|why| bad(&path, why))?;
             }
             entries.push((state, size));
         }
@@ -451,11 +453,13 @@ impl KernelDevice {
         // 0 means the drive sets no limit; ours then apply.
         let limit = |device: u32, ours: u32| if device == 0 { ours } else { device.min(ours) };
         let max_active = limit(
-            dev.max_active_zones().map_err(|e| fail("max_active_zones", e))?,
+            dev.max_active_zones()
+                .map_err(|e| fail("max_active_zones", e))?,
             options.max_active,
         );
         let max_open = limit(
-            dev.max_open_zones().map_err(|e| fail("max_open_zones", e))?,
+            dev.max_open_zones()
+                .map_err(|e| fail("max_open_zones", e))?,
             options.max_open,
         )
         .min(max_active);
@@ -491,7 +495,10 @@ impl KernelDevice {
             if given != zone_capacity {
                 return Err(bad(
                     root,
-                    format!("zone capacity {given} was given but {} reports {zone_capacity}", dev.name),
+                    format!(
+                        "zone capacity {given} was given but {} reports {zone_capacity}",
+                        dev.name
+                    ),
                 ));
             }
         }
