@@ -53,7 +53,7 @@ const DATA_ALIGN: u64 = 1 << 20;
 const BLKDISCARD: u64 = 0x1277;
 
 /// How to open an FDP namespace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FdpOptions {
     /// Zone size in bytes when formatting; `None`: the drive's reclaim unit size.
     pub zone_size: Option<u64>,
@@ -69,16 +69,6 @@ pub struct FdpOptions {
     pub record_writes: bool,
 }
 
-impl Default for FdpOptions {
-    fn default() -> Self {
-        FdpOptions {
-            zone_size: None,
-            max_active: None,
-            format: false,
-            record_writes: false,
-        }
-    }
-}
 
 /// One command the backend sent the drive, for the SSD model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
