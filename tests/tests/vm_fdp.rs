@@ -5,8 +5,9 @@
 //! - `store_runs_on_fdp_in_a_vm`: `valet-vfs`'s `kernel_devices` FDP tests (placement
 //!   identifiers checked against the drive's reclaim unit status, its host-bytes counter
 //!   against the store's accounting, deallocation, the zone table across reopen, the store's
-//!   streams under different identifiers and its remount) and the store's model-based
-//!   property test with remounts (`model`'s `fdp_store_matches_model`).
+//!   streams under different identifiers and its remount, and the backend's write stream
+//!   replayed on the SSD model with and without placement identifiers) and the store's
+//!   model-based property test with remounts (`model`'s `fdp_store_matches_model`).
 //! - `power_cuts_on_fdp_keep_every_acknowledged_byte`: QEMU is killed while the guest
 //!   appends records with an fdatasync after each, then the VM boots again on the same image,
 //!   recovers, runs fsck and checks every byte; every file must hold at least what was
@@ -69,7 +70,7 @@ fn store_runs_on_fdp_in_a_vm() {
     println!("{}", run.console);
     run.assert_ok("FDP tests in the VM");
     assert!(
-        run.console.contains("test result: ok. 3 passed"),
+        run.console.contains("test result: ok. 4 passed"),
         "{}",
         run.tail()
     );

@@ -585,3 +585,112 @@ fn pattern_at(seed: u32, offset: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The write stream the FDP backend issued for an LSM-shaped workload, replayed on the
+/// conventional-SSD model with and without its placement identifiers: the WAF a drive that
+/// honours placement would have had, against the same drive ignoring it (QEMU models no
+/// flash GC, so this is the only WAF figure an FDP run can give). The workload writes three
+/// times the store's 48 MiB, as an LSM tree does: while a write-ahead log fills with
+/// 4,000-byte records (an fdatasync every eight), the previous log's 1 MiB table is written
+/// in 8 KiB pieces between the records; then the old log is deleted, and tables are deleted
+/// oldest first with about 75 % of the store live. Prints one `SSD-MODEL` line.
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
+fn fdp_write_stream_on_the_ssd_model() {
+    use valet_vfs::device::replay_on_ssd;
+    use valet_vfs::ftl::FtlConfig;
+    let options = FdpOptions {
+        zone_size: Some(1 << 20),
+        max_zones: Some(48),
+        format: true,
+        record_writes: true,
+        ..FdpOptions::default()
+    };
+    let dev = Arc::new(FdpDevice::open(fdp_device(), options).unwrap());
+    let g = dev.geometry();
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 128 * 1024,
+        ..Default::default()
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, root) = store.tenant("db").unwrap();
+    let record = pattern(5, 4000);
+    let table = pattern(6, 1 << 20);
+    let mut tables = std::collections::VecDeque::new();
+    let mut written = 0u64;
+    let mut previous_log: Option<String> = None;
+    let mut n = 0u32;
+    while written < 3 * g.capacity_bytes() {
+        n += 1;
+        let log_name = format!("{n:06}.log");
+        let log = store
+            .open_file(root, &log_name, OpenOptions::create())
+            .unwrap();
+        // The table of the previous log is built while this log fills.
+        let building = previous_log.as_ref().map(|_| {
+            let name = format!("{:06}.ldb", n - 1);
+            let t = store.open_file(root, &name, OpenOptions::create()).unwrap();
+            (name, t)
+        });
+        let (mut at, mut table_at) = (0u64, 0usize);
+        for i in 0..128 {
+            log.write_at(&record, at).unwrap();
+            at += record.len() as u64;
+            if i % 8 == 7 {
+                log.sync_data().unwrap();
+            }
+            if let Some((_, t)) = &building {
+                t.write_at(&table[table_at..table_at + 8192], table_at as u64)
+                    .unwrap();
+                table_at += 8192;
+            }
+        }
+        log.close().unwrap();
+        written += at + table_at as u64;
+        if let Some((name, t)) = building {
+            t.sync_all().unwrap();
+            t.close().unwrap();
+            tables.push_back(name);
+            store.unlink(root, previous_log.as_ref().unwrap()).unwrap();
+            if tables.len() > 34 {
+                store.unlink(root, &tables.pop_front().unwrap()).unwrap();
+            }
+        }
+        previous_log = Some(log_name);
+    }
+    store.sync().unwrap();
+    let stats = store.stats();
+    drop(store);
+    let log = dev.take_write_log();
+    let logical = g.zone_count as u64 * g.zone_size;
+    // 1 MiB erase units (one reclaim unit), 15 % spare, four reclaim unit handles
+    // (identifiers modulo 4: the store used 0 for metadata, 1 for logs, 2 for tables).
+    let ssd = FtlConfig::fdp(logical, 0.15, 4);
+    let with = replay_on_ssd(
+        &log,
+        g.block_size as u64,
+        dev.data_start(),
+        ssd.clone(),
+        true,
+    )
+    .unwrap();
+    let without = replay_on_ssd(&log, g.block_size as u64, dev.data_start(), ssd, false).unwrap();
+    println!(
+        "SSD-MODEL host_mib={:.1} store_waf={:.3} store_gc_mib={:.1} waf_with_placement={:.3} waf_without={:.3} reduction={:.3}",
+        stats.host_bytes as f64 / (1 << 20) as f64,
+        stats.waf,
+        stats.gc_bytes_moved as f64 / (1 << 20) as f64,
+        with.waf(),
+        without.waf(),
+        without.waf() - with.waf()
+    );
+    assert!(
+        without.gc_pages_moved > 0,
+        "the model never collected: {without:?}"
+    );
+    assert!(
+        with.waf() < without.waf(),
+        "placement did not lower the model's WAF: {with:?} vs {without:?}"
+    );
+}

@@ -61,6 +61,8 @@ pub struct FdpOptions {
     /// placement handle plus the two the store's metadata needs, so that the store keeps as
     /// many streams apart as the drive has handles.
     pub max_active: Option<u32>,
+    /// Use at most this many zones when formatting (the rest of the namespace stays unused).
+    pub max_zones: Option<u32>,
     /// Format a namespace that holds something other than this layout (its data is lost).
     /// A blank namespace (zeros at LBA 0) is formatted without it.
     pub format: bool,
@@ -68,7 +70,6 @@ pub struct FdpOptions {
     /// SSD model to replay ([`FdpDevice::take_write_log`]).
     pub record_writes: bool,
 }
-
 
 /// One command the backend sent the drive, for the SSD model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +91,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(block: u64, zone_size: u64, namespace: u64) -> Result<Layout, String> {
+    fn new(block: u64, zone_size: u64, namespace: u64, max_zones: u32) -> Result<Layout, String> {
         if zone_size == 0 || zone_size % block != 0 {
             return Err(format!(
                 "zone size {zone_size} is not a multiple of the block size {block}"
@@ -100,7 +101,7 @@ impl Layout {
         let most = namespace / zone_size;
         let table_len = round_up(TABLE_HEAD as u64 + ENTRY_LEN as u64 * most + 4, block);
         let data_start = round_up(block + 2 * table_len, DATA_ALIGN.max(block));
-        let zone_count = namespace.saturating_sub(data_start) / zone_size;
+        let zone_count = (namespace.saturating_sub(data_start) / zone_size).min(max_zones as u64);
         if zone_count < 4 {
             return Err(format!(
                 "a namespace of {namespace} bytes holds only {zone_count} zones of {zone_size} bytes"
@@ -225,7 +226,8 @@ impl FdpDevice {
                         .map_err(|e| fail(format!("reclaim unit size: {e}")))?
                 }
             };
-            let layout = Layout::new(bs, zone_size, size).map_err(fail)?;
+            let max_zones = options.max_zones.unwrap_or(u32::MAX);
+            let layout = Layout::new(bs, zone_size, size, max_zones).map_err(fail)?;
             let active = options
                 .max_active
                 .unwrap_or(handles.len() as u32 + 2)
@@ -301,6 +303,11 @@ impl FdpDevice {
     /// How writes reach the drive (`"io_uring passthrough"` or `"ioctl passthrough"`).
     pub fn io_kind(&self) -> &'static str {
         self.writer.kind()
+    }
+
+    /// Byte offset of zone 0 on the namespace.
+    pub fn data_start(&self) -> u64 {
+        self.layout.data_start
     }
 
     /// Bytes this device wrote to the namespace since it was opened (data, zone tables and,
@@ -528,6 +535,42 @@ impl Drop for FdpDevice {
     }
 }
 
+/// Replays the backend's write stream on the conventional-SSD model: `log` as recorded
+/// (with `record_writes`), on an SSD whose logical space is the zones' LBA range
+/// (`data_start` .. `data_start + logical_bytes`) with `config`'s flash. With
+/// `use_placement` each write keeps its placement identifier (an FDP drive); without, every
+/// write goes to one handle (the same drive with placement ignored). Deallocations are
+/// trims.
+pub fn replay_on_ssd(
+    log: &[PlacedIo],
+    block_size: u64,
+    data_start: u64,
+    config: crate::ftl::FtlConfig,
+    use_placement: bool,
+) -> Result<crate::ftl::FtlStats, String> {
+    let mut ftl = crate::ftl::Ftl::new(config).map_err(|e| e.to_string())?;
+    for io in log {
+        match *io {
+            PlacedIo::Write { lba, blocks, pid } => {
+                let at = (lba * block_size)
+                    .checked_sub(data_start)
+                    .ok_or("a write below the zones")?;
+                let pid = if use_placement { pid as u32 } else { 0 };
+                ftl.write(at, blocks as u64 * block_size, pid)
+                    .map_err(|e| e.to_string())?;
+            }
+            PlacedIo::Deallocate { lba, blocks } => {
+                let at = (lba * block_size)
+                    .checked_sub(data_start)
+                    .ok_or("a deallocation below the zones")?;
+                ftl.trim(at, blocks as u64 * block_size)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    Ok(ftl.stats())
+}
+
 fn bad(path: &Path, why: impl Into<String>) -> DeviceError {
     DeviceError::BadImage {
         path: path.display().to_string(),
@@ -748,17 +791,23 @@ mod tests {
 
     #[test]
     fn layout_leaves_room_for_two_tables_and_aligns_data() {
-        let l = Layout::new(4096, 16 << 20, 256 << 20).unwrap();
+        let l = Layout::new(4096, 16 << 20, 256 << 20, u32::MAX).unwrap();
         assert_eq!(l.data_start, 1 << 20);
         assert_eq!(l.zone_count, 15);
         assert!(l.table_at(1) + l.table_len <= l.data_start);
-        assert!(Layout::new(4096, 16 << 20, 40 << 20).is_err());
-        assert!(Layout::new(4096, 1000, 1 << 30).is_err());
+        assert_eq!(
+            Layout::new(4096, 16 << 20, 256 << 20, 6)
+                .unwrap()
+                .zone_count,
+            6
+        );
+        assert!(Layout::new(4096, 16 << 20, 40 << 20, u32::MAX).is_err());
+        assert!(Layout::new(4096, 1000, 1 << 30, u32::MAX).is_err());
     }
 
     #[test]
     fn header_and_table_round_trip_and_detect_damage() {
-        let l = Layout::new(4096, 1 << 20, 64 << 20).unwrap();
+        let l = Layout::new(4096, 1 << 20, 64 << 20, u32::MAX).unwrap();
         let g = Geometry {
             zone_count: l.zone_count,
             zone_size: 1 << 20,

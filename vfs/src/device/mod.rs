@@ -20,7 +20,7 @@ pub mod sysfs;
 mod zonefs;
 mod zones;
 
-pub use fdp::{FdpDevice, FdpOptions, PlacedIo};
+pub use fdp::{replay_on_ssd, FdpDevice, FdpOptions, PlacedIo};
 pub use image::{ImageDevice, ImageOptions};
 pub use io::IoMode;
 pub use memory::MemoryDevice;
