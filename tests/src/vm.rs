@@ -668,3 +668,61 @@ fn is_release() -> bool {
         .and_then(Path::file_name)
         .is_some_and(|p| p == "release")
 }
+
+/// The FDP write stream on the SSD model, as the report shows it: boots the FDP VM (kernel
+/// 6.12, 256 MiB namespace, 16 MiB reclaim units, 8 handles), runs `valet-vfs`'s
+/// `kernel_devices` test `fdp_write_stream_on_the_ssd_model` and returns the fields of its
+/// `SSD-MODEL` line (`host_mib`, `store_waf`, `waf_with_placement`, `waf_without`,
+/// `reduction`, ...). `None` where no VM can run here ([`skip`] said why).
+pub fn fdp_ssd_model_figures() -> Option<Result<Vec<(String, f64)>, String>> {
+    let assets = Assets::find()?;
+    let kernel = assets.kernel(KernelSeries::V6_12)?;
+    let dir = tempfile::tempdir().unwrap();
+    let devices = cargo_test_binary("valet-vfs", "kernel_devices");
+    let mut initrd = Initramfs::new(&assets, &kernel);
+    initrd.add_binary(&devices, "kernel_devices");
+    initrd.set_init(
+        "VALET_FDP_DEVICE=/dev/valet-ng1 kernel_devices --ignored --exact fdp_write_stream_on_the_ssd_model --nocapture\n",
+    );
+    let cpio = dir.path().join("initrd.cpio");
+    initrd.pack(&cpio);
+    let vm = Vm {
+        qemu: assets.qemu.clone(),
+        kernel,
+        initrd: cpio,
+        namespaces: vec![Namespace::Fdp {
+            image: dir.path().join("fdp.img"),
+            size: 256 << 20,
+            reclaim_unit: 16 << 20,
+            handles: 8,
+        }],
+        memory_mib: 1024,
+        timeout: Duration::from_secs(300),
+    };
+    let run = vm.run();
+    if run.status != Some(0) {
+        return Some(Err(format!("the FDP VM failed:\n{}", run.tail())));
+    }
+    // The line follows the test harness's "test ... " on the same console line.
+    let line = run
+        .console
+        .lines()
+        .filter_map(|l| {
+            l.split_once("SSD-MODEL ")
+                .map(|(_, rest)| rest.trim_end().to_string())
+        })
+        .next_back();
+    let Some(line) = line else {
+        return Some(Err(format!(
+            "no SSD-MODEL line from the VM:\n{}",
+            run.tail()
+        )));
+    };
+    Some(Ok(line
+        .split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()))
+}

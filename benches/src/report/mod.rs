@@ -5,6 +5,7 @@
 //! ([`synced`]), and writes
 //! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
 
+pub mod devices;
 pub mod markdown;
 pub mod parse;
 pub mod plots;
@@ -217,6 +218,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         wall: start.elapsed(),
     };
     write::report(&results, out)?;
+    devices::append(out)?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }
