@@ -588,10 +588,11 @@ impl Vm {
 pub fn cargo_test_binary(package: &str, test: &str) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
+    // `--workspace` builds with the features `cargo test --workspace` unifies, so the
+    // binary that run already built is reused instead of a second build of the crate.
     command.args([
         "test",
-        "-p",
-        package,
+        "--workspace",
         "--test",
         test,
         "--no-run",
@@ -614,6 +615,9 @@ pub fn cargo_test_binary(package: &str, test: &str) -> PathBuf {
             continue;
         };
         let is_it = msg["reason"] == "compiler-artifact"
+            && msg["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains(package))
             && msg["target"]["name"] == test
             && msg["target"]["kind"][0] == "test";
         if let (true, Some(exe)) = (is_it, msg["executable"].as_str()) {

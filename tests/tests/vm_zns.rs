@@ -38,7 +38,7 @@ fn store_runs_on_kernel_zonefs_in_a_vm() {
          mkdir -p /mnt/zns\n\
          mount -t zonefs -o errors=repair /dev/valet-ns1 /mnt/zns\n\
          cat /sys/block/$(basename $(readlink /dev/valet-ns1))/queue/max_active_zones\n\
-         VALET_ZONEFS_MOUNT=/mnt/zns kernel_devices --ignored --test-threads 1 --nocapture\n\
+         VALET_ZONEFS_MOUNT=/mnt/zns kernel_devices --ignored --test-threads 1 --nocapture zonefs\n\
          VALET_MODEL_ZONEFS=/mnt/zns model --ignored --exact zonefs_store_matches_model --test-threads 1\n\
          blkzone report /dev/valet-ns1 | head -20\n",
     );

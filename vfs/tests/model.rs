@@ -1731,7 +1731,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(6))]
+    #![proptest_config(config(16))]
 
     /// The model on the kernel's zonefs (a real zoned block device), with remounts.
     #[test]
@@ -1739,6 +1739,10 @@ proptest! {
     fn zonefs_store_matches_model(ops in prop::collection::vec(op(false, 1), 1..250)) {
         Harness::new(Zonefs::from_env(), false).run(&ops);
     }
+}
+
+proptest! {
+    #![proptest_config(config(6))]
 
     /// The model on the FDP backend over a real NVMe FDP namespace, with remounts.
     #[test]
