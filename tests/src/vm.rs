@@ -304,6 +304,10 @@ impl Initramfs {
              mount -t devtmpfs dev /dev\n\
              mount -t tmpfs tmp /tmp\n",
         );
+        // Longer property runs reach the test binaries inside (README, "Long tests").
+        if let Some(cases) = long_proptest_cases() {
+            init.push_str(&format!("export PROPTEST_CASES={cases}\n"));
+        }
         for module in &self.modules {
             // busybox insmod ignores boot options, so module parameters go here.
             init.push_str(&format!(
@@ -537,6 +541,11 @@ impl Vm {
         let console_path = dir.path().join("console");
         let start = Instant::now();
         let mut child = self.spawn(&console_path);
+        let timeout = if long_proptest_cases().is_some() {
+            self.timeout.max(Duration::from_secs(3600))
+        } else {
+            self.timeout
+        };
         let mut console = fs::File::open(&console_path).unwrap();
         let mut text = String::new();
         let mut killed = false;
@@ -549,7 +558,7 @@ impl Vm {
             if child.try_wait().unwrap().is_some() {
                 break;
             }
-            if start.elapsed() > self.timeout || cut(&text) {
+            if start.elapsed() > timeout || cut(&text) {
                 child.kill().ok();
                 child.wait().ok();
                 killed = true;
@@ -581,6 +590,11 @@ impl Vm {
             killed,
         }
     }
+}
+
+/// `PROPTEST_CASES` of the host, when set to a number.
+fn long_proptest_cases() -> Option<u32> {
+    std::env::var("PROPTEST_CASES").ok()?.parse().ok()
 }
 
 /// The executable of test target `test` of `package`, built (if needed) by cargo with the
