@@ -54,6 +54,9 @@ impl Default for Limits {
     }
 }
 
+/// Wall-clock bound of a policy's setup calls (instantiation, `valet_buffer`, `valet_init`).
+const SETUP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often the policy engine's epoch advances: the granularity of call deadlines.
 const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -215,9 +218,15 @@ impl PolicyInstance {
         store.limiter(|s| &mut s.limits);
         let fuel = policy.limits.fuel_per_call;
         let ticks = policy.limits.deadline_ms.max(1) / EPOCH_TICK.as_millis() as u64;
+        // Setup calls (start, version, buffer, init) run once, while the engine may still be
+        // compiling other modules on every core: a thread preempted for the 20 ms of a
+        // decision's deadline would fail the whole run (seen under QEMU's emulated CPU). They
+        // get a second, fuel still bounding what they compute.
+        let setup_ticks =
+            ticks.max(SETUP_DEADLINE.as_millis() as u64 / EPOCH_TICK.as_millis() as u64);
         store.set_fuel(fuel)?;
         store.epoch_deadline_trap();
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(setup_ticks);
         let instance = Instance::new(&mut store, &policy.module, &[])
             .map_err(|e| anyhow!("policy {name}: start failed: {}", trap_line(&e)))?;
         let memory = instance
@@ -225,7 +234,7 @@ impl PolicyInstance {
             .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
         let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(setup_ticks);
             instance
                 .get_typed_func::<(), i32>(&mut *store, export)?
                 .call(&mut *store, ())
@@ -244,7 +253,7 @@ impl PolicyInstance {
         }
         if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(ticks);
+            store.set_epoch_deadline(setup_ticks);
             init.call(&mut store, max_streams as i32)
                 .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
         }

@@ -200,10 +200,21 @@ impl Initramfs {
         }
     }
 
-    /// Copies a host binary to `/bin/<name>` with the libraries it links.
+    /// Copies a host binary to `/bin/<name>` with the libraries it links, without its debug
+    /// information (a debug `valet-run` is 300 MB with it, 30 MB without: the image lives
+    /// in the VM's memory).
     pub fn add_binary(&mut self, host: &Path, name: &str) {
         let dest = self.root.path().join("bin").join(name);
-        fs::copy(host, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", host.display()));
+        let stripped = Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(&dest)
+            .arg(host)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !stripped {
+            fs::copy(host, &dest).unwrap_or_else(|e| panic!("copying {}: {e}", host.display()));
+        }
         for lib in shared_libraries(host) {
             let inside = self.root.path().join(lib.strip_prefix("/").unwrap());
             if !inside.exists() {

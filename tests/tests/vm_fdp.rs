@@ -7,6 +7,9 @@
 //!   against the store's accounting, deallocation, the zone table across reopen, the store's
 //!   streams under different identifiers and its remount) and the store's model-based
 //!   property test with remounts (`model`'s `fdp_store_matches_model`).
+//! - `store_runs_on_fdp_write_streams_in_a_vm`: the same device tests on the 6.18 kernel,
+//!   whose block layer offers the placement handles as write streams (the backend's
+//!   preferred path there).
 //! - `ssd_model_replays_the_fdp_write_stream`: the report's FDP row
 //!   (`valet_tests::vm::fdp_ssd_model_figures`): the backend's write stream for an LSM
 //!   workload replayed on the SSD model with and without placement identifiers.
@@ -82,6 +85,38 @@ fn store_runs_on_fdp_in_a_vm() {
         run.tail()
     );
     eprintln!("FDP VM: {:.1} s", run.elapsed.as_secs_f64());
+}
+
+/// The backend's tests again on the 6.18 kernel, where it writes through block-layer write
+/// streams instead of passthrough (the drive's own reclaim unit status still decides).
+#[test]
+fn store_runs_on_fdp_write_streams_in_a_vm() {
+    let Some(assets) = Assets::find() else { return };
+    let Some(kernel) = assets.kernel(KernelSeries::V6_18) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cpio = dir.path().join("initrd.cpio");
+    initramfs(
+        &assets,
+        &kernel,
+        "cat /sys/block/$(basename $(readlink /dev/valet-ns1))/queue/max_write_streams\n\
+         VALET_FDP_DEVICE=/dev/valet-ng1 kernel_devices --ignored --test-threads 1 --nocapture --skip fdp_power_cut_phase --skip fdp_write_stream_on_the_ssd_model fdp\n",
+        &cpio,
+    );
+    let run = fdp_vm(&assets, &kernel, cpio, &dir.path().join("fdp.img")).run();
+    println!("{}", run.console);
+    run.assert_ok("FDP tests on write streams in the VM");
+    assert!(
+        run.console.contains("writes by io_uring write streams"),
+        "{}",
+        run.tail()
+    );
+    assert!(
+        run.console.contains("test result: ok. 3 passed"),
+        "{}",
+        run.tail()
+    );
 }
 
 #[test]

@@ -274,16 +274,20 @@ fn leveldb_on_fdp_in_a_vm() {
         .collect();
     println!("reclaim unit blocks used by placement id: {used:?}");
     // No zone was reset and no reclaim unit filled in this run, so the blocks the drive
-    // counts under the log's and the tables' identifiers are exactly the blocks of the
-    // store's zones that carry them.
+    // counts under the log's and the tables' identifiers are the blocks of the store's zones
+    // that carry them: exactly, for zones still being written; for zones the store finished
+    // (rocks starts a new table zone every 30 s window), at most up to their capacity.
     for pid in logs.iter().chain(tables) {
-        let blocks: u64 = store
+        let zones: Vec<_> = store.iter().filter(|z| z.4 == pid.to_string()).collect();
+        let written: u64 = zones
             .iter()
-            .filter(|z| z.4 == pid.to_string())
+            .filter(|z| z.1 != "Full")
             .map(|z| z.2 / 4096)
             .sum();
-        assert_eq!(
-            used[pid], blocks,
+        let finished = zones.iter().filter(|z| z.1 == "Full").count() as u64;
+        let most = written + finished * (16 * MIB / 4096);
+        assert!(
+            used[pid] >= written && used[pid] <= most && (finished > 0 || used[pid] == written),
             "placement id {pid}: drive {used:?}, store {store:?}"
         );
     }

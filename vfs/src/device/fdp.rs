@@ -10,9 +10,11 @@
 //! deallocates a range (NVMe Dataset Management, through `BLKDISCARD`) when the store resets
 //! it. Writes go through NVMe passthrough on the namespace's generic character device
 //! `/dev/ngXnY` ([`super::nvme::PlacementWriter`]: io_uring `URING_CMD`, or the ioctl), the
-//! way FDPFS writes; reads, deallocation and cache flushes go through the block device
-//! `/dev/nvmeXnY` with `O_DIRECT`, so no page cache can hold a stale copy. (Kernels from
-//! 6.16 also offer the handles as block-layer write streams; this backend does not use them.)
+//! way FDPFS writes; where the kernel offers the namespace's handles as block-layer write
+//! streams (6.16+, `queue/max_write_streams`), ordinary io_uring writes to the block device
+//! carry the stream instead (unless [`FdpOptions::passthrough`]). Reads, deallocation and
+//! cache flushes go through the block device `/dev/nvmeXnY` with `O_DIRECT`, so no page cache
+//! can hold a stale copy.
 //!
 //! The zone table lives on the namespace itself, kept the way the image device keeps its own
 //! (`image.rs`): a header block, then two table copies written alternately with a sequence
@@ -36,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::nvme::{self, AlignedBuffer, PlacementWriter};
+use super::nvme::{self, AlignedBuffer, Placement, PlacementWriter};
 use super::sysfs::BlockDev;
 use super::{
     DeviceError, Geometry, ZoneId, ZoneInfo, ZonePlacement, ZoneState, ZoneTable, ZonedDevice,
@@ -66,6 +68,8 @@ pub struct FdpOptions {
     /// Format a namespace that holds something other than this layout (its data is lost).
     /// A blank namespace (zeros at LBA 0) is formatted without it.
     pub format: bool,
+    /// Write through NVMe passthrough even where the kernel offers write streams.
+    pub passthrough: bool,
     /// Keep a log of every write and deallocation (LBA, blocks, placement identifier) for the
     /// SSD model to replay ([`FdpDevice::take_write_log`]).
     pub record_writes: bool,
@@ -204,7 +208,16 @@ impl FdpDevice {
             .number("queue/max_hw_sectors_kb")
             .map_err(|e| fail(e.to_string()))?
             * 1024;
-        let writer = PlacementWriter::new(generic, nsid, bs as u32, max_transfer.max(bs));
+        let mut writer = PlacementWriter::new(generic, nsid, bs as u32, max_transfer.max(bs));
+        let streams = dev.max_write_streams().unwrap_or(0) as usize;
+        if !options.passthrough && streams >= handles.len() {
+            let stream_fd = block
+                .try_clone()
+                .map_err(|e| fail(format!("cannot duplicate {}: {e}", node.display())))?;
+            writer = writer
+                .with_streams(stream_fd)
+                .map_err(|e| fail(format!("write streams: {e}")))?;
+        }
 
         let mut header = AlignedBuffer::zeroed(bs as usize);
         block
@@ -300,7 +313,8 @@ impl FdpDevice {
         &self.handles
     }
 
-    /// How writes reach the drive (`"io_uring passthrough"` or `"ioctl passthrough"`).
+    /// How writes reach the drive (`"io_uring write streams"`, `"io_uring passthrough"` or
+    /// `"ioctl passthrough"`).
     pub fn io_kind(&self) -> &'static str {
         self.writer.kind()
     }
@@ -344,8 +358,10 @@ impl FdpDevice {
             let mut buf = AlignedBuffer::zeroed(data.len());
             buf.as_mut_slice().copy_from_slice(data);
             let pid = st.pids[zone as usize];
+            let index = self.handles.iter().position(|&h| h == pid).unwrap_or(0) as u16;
             let at = self.layout.zone_start(zone) + offset;
-            self.writer.write(at, buf.as_slice(), pid)?;
+            self.writer
+                .write(at, buf.as_slice(), Placement { pid, index })?;
             self.bytes_written.fetch_add(len, Ordering::Relaxed);
             if self.record {
                 st.log.push(PlacedIo::Write {

@@ -3,7 +3,9 @@
 //! - Writes tagged with a placement identifier (Write with DTYPE = 2, data placement, and
 //!   DSPEC = the identifier) through io_uring `IORING_OP_URING_CMD` on the namespace's
 //!   generic character device `/dev/ngXnY`, the way FDPFS writes; where io_uring is refused,
-//!   the same command through the synchronous `NVME_IOCTL_IO_CMD`.
+//!   the same command through the synchronous `NVME_IOCTL_IO_CMD`. On kernels that offer
+//!   the placement handles as block-layer write streams (6.16+), an ordinary io_uring write
+//!   to the block device carrying the stream instead ([`PlacementWriter::with_streams`]).
 //! - I/O Management Receive (Reclaim Unit Handle Status): the placement identifiers the
 //!   namespace may use.
 //! - Identify Namespace and Get Log Page (FDP Configurations) through the controller's
@@ -189,7 +191,8 @@ fn write_command(nsid: u32, lba: u64, blocks: u32, addr: u64, len: u32, pid: u16
     }
 }
 
-/// Placement-tagged writes to one namespace through its generic character device.
+/// Placement-tagged writes to one namespace: NVMe passthrough on its generic character
+/// device, or block-layer write streams on its block device.
 pub struct PlacementWriter {
     generic: File,
     nsid: u32,
@@ -199,6 +202,16 @@ pub struct PlacementWriter {
     /// io_uring with 128-byte submissions and 32-byte completions (as `URING_CMD` needs);
     /// `None` where the kernel refuses io_uring: the ioctl then writes.
     ring: Option<Mutex<IoUring<squeue::Entry128, cqueue::Entry32>>>,
+    /// Write streams: the block device (`O_DIRECT`) and a plain ring.
+    streams: Option<(File, Mutex<IoUring>)>,
+}
+
+/// Where a write's placement goes: the identifier (passthrough) and the handle's index in
+/// the namespace's list (write stream `index + 1`).
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    pub pid: u16,
+    pub index: u16,
 }
 
 impl PlacementWriter {
@@ -214,12 +227,23 @@ impl PlacementWriter {
             block_size,
             max_transfer: (max_transfer / bs).clamp(1, 1 << 16) * bs,
             ring,
+            streams: None,
         }
     }
 
-    /// `"io_uring passthrough"` or `"ioctl passthrough"`.
+    /// Writes through the block layer's write streams on `block` (opened `O_DIRECT`)
+    /// instead of passthrough; fails where io_uring is refused.
+    pub fn with_streams(mut self, block: File) -> io::Result<PlacementWriter> {
+        let ring = IoUring::new(8)?;
+        self.streams = Some((block, Mutex::new(ring)));
+        Ok(self)
+    }
+
+    /// `"io_uring write streams"`, `"io_uring passthrough"` or `"ioctl passthrough"`.
     pub fn kind(&self) -> &'static str {
-        if self.ring.is_some() {
+        if self.streams.is_some() {
+            "io_uring write streams"
+        } else if self.ring.is_some() {
             "io_uring passthrough"
         } else {
             "ioctl passthrough"
@@ -227,12 +251,17 @@ impl PlacementWriter {
     }
 
     /// Writes `data` (block aligned in memory and length) at byte `offset` of the namespace
-    /// with placement identifier `pid`, in commands of at most the transfer limit.
-    pub fn write(&self, offset: u64, data: &[u8], pid: u16) -> io::Result<()> {
+    /// with `placement`, in commands of at most the transfer limit.
+    pub fn write(&self, offset: u64, data: &[u8], placement: Placement) -> io::Result<()> {
         let bs = self.block_size as u64;
+        let pid = placement.pid;
         debug_assert!(offset % bs == 0 && data.len() as u64 % bs == 0);
         for (i, chunk) in data.chunks(self.max_transfer as usize).enumerate() {
             let at = offset + i as u64 * self.max_transfer;
+            if let Some((block, ring)) = &self.streams {
+                self.write_stream(block, ring, at, chunk, placement.index + 1)?;
+                continue;
+            }
             let cmd = write_command(
                 self.nsid,
                 at / bs,
@@ -250,6 +279,48 @@ impl PlacementWriter {
             }
         }
         Ok(())
+    }
+
+    /// One io_uring write to the block device carrying write stream `stream`.
+    fn write_stream(
+        &self,
+        block: &File,
+        ring: &Mutex<IoUring>,
+        offset: u64,
+        data: &[u8],
+        stream: u16,
+    ) -> io::Result<()> {
+        let stream = u8::try_from(stream).map_err(|_| io::Error::other("write stream > 255"))?;
+        let sqe = opcode::Write::new(
+            types::Fd(block.as_raw_fd()),
+            data.as_ptr(),
+            data.len() as u32,
+        )
+        .offset(offset)
+        .build()
+        .user_data(2);
+        // `sqe->write_stream` (byte 44, where `splice_fd_in` sits) is newer than this crate's
+        // builder. SAFETY: `squeue::Entry` is a repr(C) wrapper of the 64-byte SQE.
+        let mut bytes: [u8; 64] = unsafe { std::mem::transmute(sqe) };
+        bytes[44] = stream;
+        let sqe: squeue::Entry = unsafe { std::mem::transmute(bytes) };
+        let mut ring = ring.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `data` outlives the wait below.
+        unsafe { ring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        ring.submit_and_wait(1)?;
+        let cqe = ring
+            .completion()
+            .next()
+            .ok_or_else(|| io::Error::other("io_uring: no completion"))?;
+        match cqe.result() {
+            n if n < 0 => Err(io::Error::from_raw_os_error(-n)),
+            n if n as usize != data.len() => Err(io::Error::other(format!(
+                "short write of {n} of {} bytes",
+                data.len()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn submit(
