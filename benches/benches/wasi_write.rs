@@ -89,6 +89,7 @@ impl Bench {
             dir: tmp.path().join("device"),
             zonefs: None,
             zonefs_capacity: None,
+            fdp: None,
             geometry: geometry(),
             io: IoMode::Auto,
         };

@@ -1,12 +1,14 @@
 //! Opening the device a run stores its files on: the embedded default (an emulated ZNS image
-//! in a directory, created on first use) or a zonefs mount of a real drive.
+//! in a directory, created on first use), a zonefs mount of a real ZNS drive, or an NVMe
+//! namespace with FDP. The real devices' geometry is read from the devices themselves.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use valet_vfs::device::{
-    Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice, ZonefsDevice, ZonefsOptions,
+    FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice, ZonefsDevice,
+    ZonefsOptions,
 };
 use valet_vfs::{Store, StoreConfig};
 
@@ -17,8 +19,12 @@ pub struct DeviceSpec {
     pub dir: PathBuf,
     /// A zonefs mount to use instead of the image (its conventional area stays in `dir`).
     pub zonefs: Option<PathBuf>,
-    /// Zone capacity of the zonefs drive, when the mount does not say.
+    /// Zone capacity of an emulated zonefs layout, when it does not say (a real mount's
+    /// capacity comes from the drive's zone report and must agree).
     pub zonefs_capacity: Option<u64>,
+    /// An NVMe namespace with FDP (`/dev/ngXnY` or `/dev/nvmeXnY`) to use instead of the
+    /// image (its conventional area stays in `dir`). A blank namespace is formatted.
+    pub fdp: Option<PathBuf>,
     /// Geometry for a new image (ignored when the image exists).
     pub geometry: Geometry,
     pub io: IoMode,
@@ -44,6 +50,11 @@ impl DeviceSpec {
                 .with_context(|| format!("opening zonefs at {}", root.display()))?;
             return Ok(Arc::new(dev));
         }
+        if let Some(node) = &self.fdp {
+            let dev = FdpDevice::open(node, FdpOptions::default())
+                .with_context(|| format!("opening the FDP namespace {}", node.display()))?;
+            return Ok(Arc::new(dev));
+        }
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create {}", self.dir.display()))?;
         let options = ImageOptions {
@@ -66,7 +77,7 @@ impl DeviceSpec {
 
     /// Mounts an existing store only: tools that inspect must not create one.
     pub fn mount_existing(&self) -> Result<Store> {
-        if self.zonefs.is_none() && !self.image_path().exists() {
+        if self.zonefs.is_none() && self.fdp.is_none() && !self.image_path().exists() {
             anyhow::bail!("no store at {}", Path::new(&self.dir).display());
         }
         self.mount()

@@ -7,6 +7,7 @@
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
 //! valet-run fs fsck    [--device PATH] [--deep]
 //! valet-run fs tenants [--device PATH]
+//! valet-run fs zones   [--device PATH]
 //! ```
 //!
 //! The Valet paper admits that files in its store are invisible to backup and copy tools;
@@ -111,6 +112,14 @@ pub enum FsCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// The store's zone map: every zone that is not empty, with its state, write pointer
+    /// in bytes, owning `tenant/stream` (`-`: metadata or unowned) and, on FDP, the placement
+    /// identifier its writes carry. What to compare with the drive's own report
+    /// (`blkzone report`, `nvme fdp status`).
+    Zones {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 /// The device holding an existing store (no geometry options: nothing is created).
@@ -124,9 +133,14 @@ pub struct StoreArgs {
     #[arg(long, value_name = "MOUNT")]
     zonefs: Option<PathBuf>,
 
-    /// Zone capacity of the zonefs drive in bytes (zonefs does not report it).
+    /// Zone capacity in bytes of an emulated zonefs layout (a real mount's comes from the
+    /// drive).
     #[arg(long, value_name = "BYTES")]
     zonefs_capacity: Option<u64>,
+
+    /// Use an NVMe namespace with FDP (`/dev/ngXnY`) instead of the image.
+    #[arg(long, value_name = "DEVICE", conflicts_with = "zonefs")]
+    fdp: Option<PathBuf>,
 
     /// Device I/O engine.
     #[arg(long, default_value = "auto", value_name = "auto|uring|sync")]
@@ -188,6 +202,7 @@ impl StoreArgs {
             dir: self.device.clone(),
             zonefs: self.zonefs.clone(),
             zonefs_capacity: self.zonefs_capacity,
+            fdp: self.fdp.clone(),
             // The image's own geometry is used; this one is never applied.
             geometry: Geometry::EMBEDDED_DEFAULT,
             io: self.io,
@@ -197,11 +212,11 @@ impl StoreArgs {
     /// Mounts the store, refusing to create one.
     fn mount(&self) -> Result<Store> {
         let spec = self.spec();
-        if let Some(root) = &spec.zonefs {
+        if let Some(root) = spec.zonefs.as_ref().or(spec.fdp.as_ref()) {
             // A blank drive would be formatted by mounting: check first.
             let device = spec.open_device()?;
             if device.report_zones().iter().all(|z| z.write_pointer == 0) {
-                bail!("no store on the zonefs drive at {}", root.display());
+                bail!("no store on the drive at {}", root.display());
             }
         }
         spec.mount_existing()
@@ -218,6 +233,32 @@ pub fn run(command: FsCommand) -> Result<u8> {
         Err(e) if is_broken_pipe(&e) => Ok(0),
         other => other,
     }
+}
+
+/// `zone state write_pointer owner [placement]`, one line per zone that is not empty.
+fn zones(store: &Store, out: &mut dyn Write) -> Result<()> {
+    let device = store.device();
+    let owners: std::collections::HashMap<_, _> = store
+        .zone_owners()
+        .into_iter()
+        .map(|(zone, tenant, stream)| (zone, format!("{tenant}/{stream}")))
+        .collect();
+    writeln!(out, "zone state write_pointer owner placement")?;
+    for z in device.report_zones() {
+        if z.write_pointer == 0 && !owners.contains_key(&z.id) {
+            continue;
+        }
+        let owner = owners.get(&z.id).map_or("-", String::as_str);
+        let placement = device
+            .zone_placement(z.id)
+            .map_or("-".to_string(), |p| p.to_string());
+        writeln!(
+            out,
+            "{} {:?} {} {owner} {placement}",
+            z.id, z.state, z.write_pointer
+        )?;
+    }
+    Ok(())
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -239,6 +280,10 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             let root = existing_tenant(&store, &tenant.tenant)?;
             ls(&store, root, &path, recursive, out).with_context(|| format!("ls {path}"))?;
         }
+        FsCommand::Zones { store } => {
+            let store = store.mount()?;
+            zones(&store, out)?;
+        }
         FsCommand::Cat {
             store,
             tenant,
@@ -256,7 +301,8 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             guest,
         } => {
             let mut spec = store.spec();
-            let store = if spec.zonefs.is_none() && !spec.image_path().exists() {
+            let real = spec.zonefs.is_some() || spec.fdp.is_some();
+            let store = if !real && !spec.image_path().exists() {
                 // Check the source before anything is created on disk.
                 fs::symlink_metadata(&host)
                     .with_context(|| format!("cannot read {}", host.display()))?;

@@ -84,9 +84,38 @@ pub fn engine() -> Result<Engine> {
     config.wasm_exceptions(true);
     config.epoch_interruption(true);
     config.cache(Cache::new(CacheConfig::new()).ok());
+    if std::env::var_os("VALET_PORTABLE_CODE").is_some_and(|v| v == "1") {
+        portable_code(&mut config)?;
+    }
     Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the wasmtime engine")
+}
+
+/// `VALET_PORTABLE_CODE=1`: code for x86-64-v2 (SSE4.2, POPCNT, CMPXCHG16B) instead of every
+/// feature of this CPU, so that a module compiled and cached on one machine loads on
+/// another: the VM tests compile guests on the host and run them under QEMU's emulated CPU,
+/// where Cranelift itself would be an order of magnitude slower.
+fn portable_code(config: &mut Config) -> Result<()> {
+    if !cfg!(target_arch = "x86_64") {
+        anyhow::bail!("VALET_PORTABLE_CODE is only defined for x86-64");
+    }
+    config.target("x86_64-unknown-linux-gnu")?;
+    for flag in [
+        "has_sse3",
+        "has_ssse3",
+        "has_sse41",
+        "has_sse42",
+        "has_popcnt",
+        "has_cmpxchg16b",
+    ] {
+        // SAFETY: every x86-64-v2 CPU has these; wasmtime checks them against the host
+        // before it runs code that uses them.
+        unsafe {
+            config.cranelift_flag_enable(flag);
+        }
+    }
+    Ok(())
 }
 
 /// Compiles a guest module, with a message that names the file.

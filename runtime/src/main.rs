@@ -138,13 +138,22 @@ struct DeviceArgs {
     #[arg(long, default_value = "valet-data", value_name = "PATH")]
     device: PathBuf,
 
-    /// Use a zonefs mount of a real zoned drive instead of the image.
-    #[arg(long, value_name = "MOUNT")]
+    /// Use a zonefs mount of a real ZNS drive instead of the image (mount it with
+    /// `mount -t zonefs -o errors=repair /dev/nvmeXnY MOUNT`); zone size, capacity, open and
+    /// active limits and block size are read from the drive.
+    #[arg(long, value_name = "MOUNT", conflicts_with = "fdp")]
     zonefs: Option<PathBuf>,
 
-    /// Zone capacity of the zonefs drive in bytes (zonefs does not report it).
+    /// Zone capacity in bytes of an emulated zonefs layout (a real mount's must agree with
+    /// the drive's zone report).
     #[arg(long, value_name = "BYTES")]
     zonefs_capacity: Option<u64>,
+
+    /// Use an NVMe namespace with FDP instead of the image: its generic char device
+    /// `/dev/ngXnY` (or `/dev/nvmeXnY`). A blank namespace is formatted in zones of one
+    /// reclaim unit; writes carry the placement identifier of their stream.
+    #[arg(long, value_name = "DEVICE")]
+    fdp: Option<PathBuf>,
 
     /// Zone size in MiB, when creating the image.
     #[arg(long, value_name = "MIB")]
@@ -188,6 +197,7 @@ impl DeviceArgs {
             dir: self.device.clone(),
             zonefs: self.zonefs.clone(),
             zonefs_capacity: self.zonefs_capacity,
+            fdp: self.fdp.clone(),
             geometry,
             io: self.io,
         })

@@ -206,6 +206,7 @@ fn read_back(device: &Path, lock_wait: &mut Duration) -> Files {
         dir: device.to_path_buf(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
     };

@@ -57,6 +57,7 @@ fn small_device(dir: &Path) -> DeviceSpec {
         dir: dir.to_path_buf(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry,
         io: IoMode::Auto,
     }

@@ -581,6 +581,7 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
         dir: run.dev.clone(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
     }

@@ -20,6 +20,7 @@ fn device(dir: &Path) -> DeviceSpec {
         dir: dir.to_path_buf(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
     }

@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests in `tests/`: running a guest under the real `valet-run`
 //! binary on a fresh emulated device.
 
+pub mod vm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

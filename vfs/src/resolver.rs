@@ -5,8 +5,12 @@
 //!   lives with the store's allocator ([`crate::store`]); [`ZnsHead`] is its per-stream state.
 //! - Multi-stream: one of the four kernel write-life levels (`F_SET_RW_HINT`); lossy, since
 //!   the kernel offers four levels for any number of streams.
-//! - FDP: a placement identifier from the lifetime group (streams are discarded, as in
-//!   the Valet paper), fed to the conventional-SSD model's reclaim-unit handles.
+//! - FDP: a placement identifier (an index into the namespace's reclaim unit handles) from
+//!   the stream and the lifetime group: streams first, so that no two streams share a
+//!   handle while the drive has one per stream, and the handles left over spread each
+//!   stream's lifetime groups. The FDP backend ([`crate::device::FdpDevice`]) tags every
+//!   write of a zone with it; the conventional-SSD model's reclaim-unit handles take the
+//!   same identifiers.
 
 use crate::device::ZoneId;
 use crate::hint::{Class, Hint};
@@ -54,9 +58,20 @@ pub fn write_life(hint: &Hint) -> WriteLife {
     }
 }
 
-/// FDP resolver: a placement identifier (reclaim-unit handle) from the lifetime group.
-pub fn placement_id(hint: &Hint, reclaim_unit_handles: u32) -> u32 {
-    hint.group % reclaim_unit_handles.max(1)
+/// FDP resolver: the placement identifier for data of `stream` in lifetime group `group`,
+/// on a drive with `handles` reclaim unit handles and a store that keeps `streams` streams
+/// apart.
+///
+/// With at least as many handles as streams, stream `s` uses handles `s`, `s + streams`,
+/// `s + 2·streams`, ... as its groups advance, so streams never share a handle and
+/// consecutive groups of a stream land in different reclaim units where handles are left
+/// over. With fewer handles than streams, streams fold onto handles (modulo) and groups are
+/// not told apart.
+pub fn placement_id(stream: u32, group: u32, streams: u32, handles: u32) -> u32 {
+    let handles = handles.max(1);
+    let lanes = streams.clamp(1, handles);
+    let per_stream = handles / lanes;
+    stream % lanes + lanes * (group % per_stream)
 }
 
 /// ZNS resolver state for one stream: the zone being filled and the group it is filling.
@@ -87,13 +102,20 @@ mod tests {
     }
 
     #[test]
-    fn fdp_uses_groups_not_streams() {
-        let mut h = Hint::zoned(7);
-        h.group = 5;
-        assert_eq!(placement_id(&h, 4), 1);
-        h.stream = 1;
-        assert_eq!(placement_id(&h, 4), 1);
-        assert_eq!(placement_id(&h, 0), 0);
+    fn fdp_keeps_streams_apart_and_spreads_groups_over_spare_handles() {
+        // 8 handles, 2 streams: each stream has 4 handles for its groups.
+        let ids: Vec<_> = (0..5).map(|g| placement_id(1, g, 2, 8)).collect();
+        assert_eq!(ids, vec![1, 3, 5, 7, 1]);
+        assert!((0..16).all(|g| placement_id(0, g, 2, 8) % 2 == 0));
+        // As many streams as handles: one handle per stream, groups ignored.
+        assert_eq!(placement_id(3, 9, 8, 8), 3);
+        // More streams than handles: streams fold.
+        assert_eq!(placement_id(5, 0, 12, 4), 1);
+        // Degenerate inputs stay in range.
+        assert_eq!(placement_id(7, 7, 0, 0), 0);
+        for (s, g, st, h) in [(3, 100, 5, 8), (0, 1, 1, 3), (9, 9, 3, 5)] {
+            assert!(placement_id(s, g, st, h) < h);
+        }
     }
 
     #[test]

@@ -123,7 +123,8 @@ impl FsOnSsd {
             reason: OpenReason::Create,
             size: 0,
         });
-        resolver::placement_id(&hint, self.ruhs)
+        // Three streams: general, WAL, tables.
+        resolver::placement_id(hint.stream, hint.group, 3, self.ruhs)
     }
 
     /// The file grew to `size` bytes: write the blocks that are now complete (or all of

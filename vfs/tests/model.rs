@@ -54,7 +54,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use valet_vfs::device::{
-    DeviceError, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice,
+    DeviceError, FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, MemoryDevice, ZoneId,
+    ZoneInfo, ZonedDevice, ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{Error, FileHandle, FileKind, Ino, OpenOptions, Stats, Store, StoreConfig};
 
@@ -629,6 +630,114 @@ impl Backend for Image {
 
     fn try_mount(&self) -> valet_vfs::Result<Store> {
         let dev = ImageDevice::open(&self.path, ImageOptions::default())?;
+        Store::open(Arc::new(dev), self.config.clone())
+    }
+}
+
+/// The kernel's zonefs over a real zoned block device, mounted at `$VALET_MODEL_ZONEFS`: the
+/// VM tests (`tests/tests/vm_zns.rs`) run this inside QEMU on an emulated NVMe ZNS namespace.
+/// The geometry is the drive's; every case starts with every zone reset (each zone file
+/// truncated to 0) and a new conventional area.
+struct Zonefs {
+    root: PathBuf,
+    _conventional: tempfile::TempDir,
+    setup: Setup,
+    config: StoreConfig,
+}
+
+impl Zonefs {
+    fn from_env() -> Self {
+        let root = std::env::var_os("VALET_MODEL_ZONEFS")
+            .map(PathBuf::from)
+            .expect("VALET_MODEL_ZONEFS must name a zonefs mount (the VM tests set it)");
+        let dev = ZonefsDevice::open(&root, ZonefsOptions::default()).unwrap();
+        assert!(
+            dev.is_kernel_zonefs(),
+            "{} is not a zonefs mount",
+            root.display()
+        );
+        for zone in 0..dev.geometry().zone_count {
+            dev.reset(zone).unwrap();
+        }
+        dev.sync().unwrap();
+        let setup = Setup {
+            geometry: dev.geometry(),
+            ..LARGE
+        };
+        let conventional = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            conventional_dir: Some(conventional.path().to_path_buf()),
+            ..setup.config()
+        };
+        Zonefs {
+            root,
+            _conventional: conventional,
+            setup,
+            config,
+        }
+    }
+}
+
+impl Backend for Zonefs {
+    fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    fn try_mount(&self) -> valet_vfs::Result<Store> {
+        let dev = ZonefsDevice::open(&self.root, ZonefsOptions::default())?;
+        Store::open(Arc::new(dev), self.config.clone())
+    }
+}
+
+/// The FDP backend on a real NVMe namespace with FDP, `$VALET_MODEL_FDP` (`/dev/ngXnY`): the
+/// VM tests (`tests/tests/vm_fdp.rs`) run this inside QEMU. Every case formats the namespace
+/// afresh in 1 MiB zones (every range deallocated, new tables) with three active zones, like
+/// the LARGE geometry.
+struct Fdp {
+    path: PathBuf,
+    _conventional: tempfile::TempDir,
+    setup: Setup,
+    config: StoreConfig,
+}
+
+impl Fdp {
+    fn from_env() -> Self {
+        let path = std::env::var_os("VALET_MODEL_FDP")
+            .map(PathBuf::from)
+            .expect("VALET_MODEL_FDP must name an FDP namespace (the VM tests set it)");
+        let options = FdpOptions {
+            zone_size: Some(1 << 20),
+            max_active: Some(LARGE.geometry.max_active),
+            format: true,
+            ..FdpOptions::default()
+        };
+        let dev = FdpDevice::open(&path, options).unwrap();
+        let setup = Setup {
+            geometry: dev.geometry(),
+            ..LARGE
+        };
+        drop(dev);
+        let conventional = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            conventional_dir: Some(conventional.path().to_path_buf()),
+            ..setup.config()
+        };
+        Fdp {
+            path,
+            _conventional: conventional,
+            setup,
+            config,
+        }
+    }
+}
+
+impl Backend for Fdp {
+    fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    fn try_mount(&self) -> valet_vfs::Result<Store> {
+        let dev = FdpDevice::open(&self.path, FdpOptions::default())?;
         Store::open(Arc::new(dev), self.config.clone())
     }
 }
@@ -1620,6 +1729,28 @@ proptest! {
         ops in prop::collection::vec(op(true, 1), 1..250),
     ) {
         Harness::new(Memory::new(&setup), true).run(&ops);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(16))]
+
+    /// The model on the kernel's zonefs (a real zoned block device), with remounts.
+    #[test]
+    #[ignore = "needs a zonefs mount in VALET_MODEL_ZONEFS; the VM tests run it"]
+    fn zonefs_store_matches_model(ops in prop::collection::vec(op(false, 1), 1..250)) {
+        Harness::new(Zonefs::from_env(), false).run(&ops);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(6))]
+
+    /// The model on the FDP backend over a real NVMe FDP namespace, with remounts.
+    #[test]
+    #[ignore = "needs an FDP namespace in VALET_MODEL_FDP; the VM tests run it"]
+    fn fdp_store_matches_model(ops in prop::collection::vec(op(false, 1), 1..250)) {
+        Harness::new(Fdp::from_env(), false).run(&ops);
     }
 }
 

@@ -5,6 +5,7 @@
 //! ([`synced`]), and writes
 //! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
 
+pub mod devices;
 pub mod markdown;
 pub mod parse;
 pub mod plots;
@@ -223,6 +224,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     write::report(&results, out)?;
     std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale))
         .map_err(|e| e.to_string())?;
+    devices::append(out)?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

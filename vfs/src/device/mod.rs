@@ -6,15 +6,21 @@
 //! a drive limits them, and exceeding them fails the way a drive fails.
 //!
 //! Backends: [`MemoryDevice`] (unit tests, with simulated power loss), [`ImageDevice`] (the
-//! embedded default: one image file, io_uring with a pread/pwrite fallback) and
-//! [`ZonefsDevice`] (a zonefs mount of a real drive).
+//! embedded default: one image file, io_uring with a pread/pwrite fallback),
+//! [`ZonefsDevice`] (a zonefs mount of a real ZNS drive) and [`FdpDevice`] (an NVMe namespace
+//! with Flexible Data Placement, its LBA ranges written as zones with placement identifiers).
 
+pub mod blkzone;
+mod fdp;
 mod image;
 mod io;
 mod memory;
+pub mod nvme;
+pub mod sysfs;
 mod zonefs;
 mod zones;
 
+pub use fdp::{replay_on_ssd, FdpDevice, FdpOptions, PlacedIo};
 pub use image::{ImageDevice, ImageOptions};
 pub use io::IoMode;
 pub use memory::MemoryDevice;
@@ -168,6 +174,16 @@ pub enum DeviceError {
     Io(#[from] std::io::Error),
 }
 
+/// Who a data zone was given to: what a device that places data by more than its address
+/// (FDP) needs to tag the zone's writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZonePlacement {
+    pub tenant: u32,
+    pub stream: u32,
+    /// The lifetime group the stream was writing when it took the zone.
+    pub group: u32,
+}
+
 /// The zoned block interface the store uses.
 ///
 /// All methods take `&self`: backends keep their zone table behind their own lock, so a
@@ -216,6 +232,17 @@ pub trait ZonedDevice: Send + Sync {
 
     /// Closes an open zone; it stays active while its write pointer is past 0.
     fn close(&self, zone: ZoneId) -> Result<(), DeviceError>;
+
+    /// The store gave `zone` to a stream (at allocation, and again at mount for zones that
+    /// hold data). A device that tags writes with a placement (FDP) resolves and remembers
+    /// it for the zone's writes; others ignore it.
+    fn assign_zone(&self, _zone: ZoneId, _placement: &ZonePlacement) {}
+
+    /// The placement identifier `zone`'s writes carry on a device that tags writes (FDP);
+    /// `None` elsewhere.
+    fn zone_placement(&self, _zone: ZoneId) -> Option<u16> {
+        None
+    }
 
     /// Makes every completed write, reset and finish durable (a device cache flush).
     fn sync(&self) -> Result<(), DeviceError>;

@@ -5,12 +5,20 @@
 //! `truncate(capacity)` finishes it. Conventional zones live in `cnv/`; the store does not use
 //! them, so they are only tolerated.
 //!
-//! On a real drive, mount it with `mount -t zonefs /dev/nvmeXnY <dir>` and pass:
-//! the zone capacity (`blkzone report /dev/nvmeXnY` prints it as `cap`; it may be smaller
-//! than the zone size in `/sys/block/<dev>/queue/chunk_sectors`), the open / active limits
-//! (`/sys/block/<dev>/queue/max_open_zones`, `max_active_zones`), the logical block size
-//! (`/sys/block/<dev>/queue/logical_block_size`) and `direct_io: true` (zonefs accepts only
-//! direct writes to sequential files).
+//! On a real mount (`mount -t zonefs -o errors=repair /dev/nvmeXnY DIR`, recognised by the
+//! file system's magic number) everything is read from the kernel: the zone size from
+//! `queue/chunk_sectors`, the zone capacity from the zone report (`BLKREPORTZONE`, as
+//! `blkzone report` prints it; it may be smaller than the zone size), the open / active limits
+//! from `queue/max_open_zones` and `max_active_zones`, and the logical block size. Sequential
+//! files accept only direct writes, so every write goes through an `O_DIRECT` handle from a
+//! buffer aligned to the block size. A real mount holds no file but the zone files: zonefs
+//! answers a lookup of any other name with ENAMETOOLONG.
+//!
+//! When a write exceeds the drive's open or active zone limits the kernel fails it with
+//! ETOOMANYREFS or EOVERFLOW; they come back as [`DeviceError::TooManyOpen`] and
+//! [`DeviceError::TooManyActive`]. zonefs's default `errors=remount-ro` turns any such error
+//! into a read-only file system, so mount with `errors=repair`: the write pointer is then
+//! read back from the device, the zone file's size fixed, and the mount stays writable.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
@@ -20,7 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::blkzone::{self, KernelZone, ZoneKind};
+use super::sysfs::BlockDev;
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
+
+/// `ZONEFS_MAGIC` from `linux/magic.h`: `statfs` of a real zonefs mount.
+const ZONEFS_MAGIC: i64 = 0x5a4f_4653;
 
 /// On an emulated layout, records the zone capacity `format_emulated` was given (a real
 /// zonefs mount has no such file and cannot hold one).
@@ -29,19 +42,22 @@ const CAPACITY_FILE: &str = ".valet-zone-capacity";
 const MAX_HANDLES: usize = 256;
 
 /// How to interpret a zonefs mount.
+///
+/// On a real mount the device's own values win: `zone_capacity`, when given, must agree with
+/// the zone report; `max_open` / `max_active` only lower the drive's limits (a drive without
+/// limits gets these); `block_size` and `direct_io` are taken from the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZonefsOptions {
-    /// Writable bytes per zone. `None`: from the emulated layout's record, else the zone
-    /// size of the mounted zoned block device from sysfs (right only where capacity equals
-    /// the zone size; pass it explicitly for NVMe ZNS drives).
+    /// Writable bytes per zone. `None`: from the zone report of a real mount, else from the
+    /// emulated layout's record.
     pub zone_capacity: Option<u64>,
     /// Most zones open at once.
     pub max_open: u32,
     /// Most zones open or closed at once.
     pub max_active: u32,
-    /// Write granularity in bytes.
+    /// Write granularity in bytes (emulated layouts).
     pub block_size: u32,
-    /// Write through `O_DIRECT` handles, as real zonefs requires for sequential files.
+    /// Write through `O_DIRECT` handles (always on a real mount).
     pub direct_io: bool,
 }
 
@@ -84,6 +100,8 @@ struct Handles {
 pub struct ZonefsDevice {
     root: PathBuf,
     direct_io: bool,
+    /// The zoned block device of a real mount.
+    kernel: Option<KernelDevice>,
     state: Mutex<State>,
     handles: Mutex<Handles>,
     syncs: AtomicU64,
@@ -98,17 +116,24 @@ impl ZonefsDevice {
             return Err(bad(root, "not a zonefs layout: no seq/ directory"));
         }
         let zone_count = count_zone_files(root, &seq)?;
-        let zone_capacity = resolve_capacity(root, options.zone_capacity)?;
-        let geometry = Geometry {
-            zone_count,
-            zone_size: zone_capacity,
-            zone_capacity,
-            block_size: options.block_size,
-            max_open: options.max_open,
-            max_active: options.max_active,
+        let (geometry, kernel) = if is_zonefs_mount(root)? {
+            let (geometry, kernel) = KernelDevice::probe(root, zone_count, &options)?;
+            (geometry, Some(kernel))
+        } else {
+            let zone_capacity = resolve_capacity(root, options.zone_capacity)?;
+            let geometry = Geometry {
+                zone_count,
+                zone_size: zone_capacity,
+                zone_capacity,
+                block_size: options.block_size,
+                max_open: options.max_open,
+                max_active: options.max_active,
+            };
+            (geometry, None)
         };
         geometry.validate()?;
-        let bs = options.block_size as u64;
+        let zone_capacity = geometry.zone_capacity;
+        let bs = geometry.block_size as u64;
         let mut entries = Vec::with_capacity(zone_count as usize);
         for zone in 0..zone_count {
             let path = seq.join(zone.to_string());
@@ -127,17 +152,23 @@ impl ZonefsDevice {
                     format!("size {size} is not a multiple of the block size {bs}"),
                 ));
             }
-            let state = match size {
+            let mut state = match size {
                 0 => ZoneState::Empty,
                 s if s == zone_capacity => ZoneState::Full,
                 _ => ZoneState::Closed,
             };
+            if let Some(k) = &kernel {
+                state = k
+                    .check_zone(zone, state, size)
+                    .map_err(|why| bad(&path, why))?;
+            }
             entries.push((state, size));
         }
         let table = ZoneTable::restore(geometry, &entries).map_err(|why| bad(root, why))?;
         Ok(ZonefsDevice {
             root: root.to_path_buf(),
-            direct_io: options.direct_io,
+            direct_io: options.direct_io || kernel.is_some(),
+            kernel,
             state: Mutex::new(State {
                 table,
                 dirty: BTreeSet::new(),
@@ -176,6 +207,38 @@ impl ZonefsDevice {
     /// The mount point.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether this is a real zonefs mount (not an emulated layout).
+    pub fn is_kernel_zonefs(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// On a real mount, the device's own zone report now (`BLKREPORTZONE`) for the store's
+    /// zones, numbered as the store numbers them; `None` for an emulated layout.
+    pub fn kernel_report(&self) -> Result<Option<Vec<ZoneInfo>>, DeviceError> {
+        let Some(k) = &self.kernel else {
+            return Ok(None);
+        };
+        let report = blkzone::report(&k.dev.node())?;
+        let zones = report
+            .into_iter()
+            .skip(1)
+            .filter(|z| z.kind == ZoneKind::SequentialRequired)
+            .enumerate()
+            .map(|(i, z)| ZoneInfo {
+                id: i as ZoneId,
+                state: z.state.unwrap_or(ZoneState::Offline),
+                write_pointer: z.write_pointer,
+                capacity: z.capacity,
+            })
+            .collect();
+        Ok(Some(zones))
+    }
+
+    /// The block device of a real mount (`nvme0n1`).
+    pub fn kernel_device(&self) -> Option<&str> {
+        self.kernel.as_ref().map(|k| k.dev.name.as_str())
     }
 
     /// Number of `sync` calls that completed.
@@ -252,15 +315,30 @@ impl ZonefsDevice {
         st.table.check_write(zone, offset, len)?;
         if len > 0 {
             let zf = self.handle(zone)?;
+            let geometry = st.table.geometry();
             let res = match &zf.direct {
-                Some(direct) => AlignedBuf::copy_of(data)
+                Some(direct) => AlignedBuf::copy_of(data, geometry.block_size as usize)
                     .and_then(|buf| direct.write_all_at(buf.as_slice(), offset)),
                 None => zf.file.write_all_at(data, offset),
             };
             if let Err(e) = res {
-                // Best effort to keep file size == write pointer; real zonefs keeps it itself.
-                let _ = zf.file.set_len(offset);
-                return Err(e.into());
+                if self.kernel.is_some() {
+                    // The kernel keeps the file size at the device's write pointer: follow
+                    // it past whatever part of the write landed.
+                    if let Ok(size) = zf.file.metadata().map(|m| m.len()) {
+                        if size > offset && size <= offset + len {
+                            st.table.commit_write(zone, offset, size - offset)?;
+                            st.dirty.insert(zone);
+                        }
+                    }
+                } else if let Err(undo) = zf.file.set_len(offset) {
+                    // An emulated layout keeps file size == write pointer itself.
+                    return Err(bad(
+                        &self.zone_path(zone),
+                        format!("write failed ({e}) and could not be undone ({undo})"),
+                    ));
+                }
+                return Err(kernel_error(e, &geometry));
             }
         }
         st.table.commit_write(zone, offset, len)?;
@@ -349,6 +427,130 @@ impl ZonedDevice for ZonefsDevice {
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The zoned block device under a real zonefs mount.
+struct KernelDevice {
+    dev: BlockDev,
+    /// The device's zone report at open, for the zones behind `seq/0..`, in order.
+    zones: Vec<KernelZone>,
+}
+
+impl KernelDevice {
+    /// Reads the geometry of the device mounted at `root` from sysfs and its zone report.
+    fn probe(
+        root: &Path,
+        zone_count: u32,
+        options: &ZonefsOptions,
+    ) -> Result<(Geometry, KernelDevice), DeviceError> {
+        let fail = |what: &str, e: io::Error| bad(root, format!("{what}: {e}"));
+        let dev = BlockDev::mounted_at(root).map_err(|e| fail("no block device", e))?;
+        let zone_size = dev.zone_size().map_err(|e| fail("zone size", e))?;
+        let block_size = dev
+            .logical_block_size()
+            .map_err(|e| fail("block size", e))?;
+        // 0 means the drive sets no limit; ours then apply.
+        let limit = |device: u32, ours: u32| if device == 0 { ours } else { device.min(ours) };
+        let max_active = limit(
+            dev.max_active_zones()
+                .map_err(|e| fail("max_active_zones", e))?,
+            options.max_active,
+        );
+        let max_open = limit(
+            dev.max_open_zones()
+                .map_err(|e| fail("max_open_zones", e))?,
+            options.max_open,
+        )
+        .min(max_active);
+        let report = blkzone::report(&dev.node()).map_err(|e| fail("zone report", e))?;
+        // zonefs keeps its superblock in the first zone and lists every other sequential
+        // zone, in order, as seq/0, seq/1, ...
+        let zones: Vec<KernelZone> = report
+            .into_iter()
+            .skip(1)
+            .filter(|z| z.kind == ZoneKind::SequentialRequired)
+            .collect();
+        if zones.len() != zone_count as usize {
+            return Err(bad(
+                root,
+                format!(
+                    "seq/ holds {zone_count} files but {} has {} sequential zones after the first",
+                    dev.name,
+                    zones.len()
+                ),
+            ));
+        }
+        let zone_capacity = zones[0].capacity;
+        if let Some(z) = zones.iter().find(|z| z.capacity != zone_capacity) {
+            return Err(bad(
+                root,
+                format!(
+                    "zones of different capacities ({zone_capacity} and {} at byte {}) are not supported",
+                    z.capacity, z.start
+                ),
+            ));
+        }
+        if let Some(given) = options.zone_capacity {
+            if given != zone_capacity {
+                return Err(bad(
+                    root,
+                    format!(
+                        "zone capacity {given} was given but {} reports {zone_capacity}",
+                        dev.name
+                    ),
+                ));
+            }
+        }
+        let geometry = Geometry {
+            zone_count,
+            zone_size,
+            zone_capacity,
+            block_size,
+            max_open,
+            max_active,
+        };
+        Ok((geometry, KernelDevice { dev, zones }))
+    }
+
+    /// Checks a zone file against the device's report at open; the device's fault states
+    /// (read-only, offline) win.
+    fn check_zone(&self, zone: ZoneId, state: ZoneState, size: u64) -> Result<ZoneState, String> {
+        let k = &self.zones[zone as usize];
+        match k.state {
+            Some(s @ (ZoneState::ReadOnly | ZoneState::Offline)) => Ok(s),
+            _ if k.write_pointer != size => Err(format!(
+                "size {size} differs from the device's write pointer {} (zone at byte {})",
+                k.write_pointer, k.start
+            )),
+            _ => Ok(state),
+        }
+    }
+}
+
+/// Whether `root` is a real zonefs mount (not an emulated layout).
+fn is_zonefs_mount(root: &Path) -> Result<bool, DeviceError> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(root.as_os_str().as_bytes())
+        .map_err(|_| bad(root, "path holds a NUL byte"))?;
+    // SAFETY: `statfs` is plain data, filled in by the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a valid out pointer.
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(bad(
+            root,
+            format!("cannot statfs: {}", io::Error::last_os_error()),
+        ));
+    }
+    Ok(st.f_type as i64 == ZONEFS_MAGIC)
+}
+
+/// The kernel's error for a write that broke a zone resource limit, named as a drive names it.
+fn kernel_error(e: io::Error, geometry: &Geometry) -> DeviceError {
+    match e.raw_os_error() {
+        Some(libc::EOVERFLOW) => DeviceError::TooManyActive(geometry.max_active),
+        Some(libc::ETOOMANYREFS) => DeviceError::TooManyOpen(geometry.max_open),
+        _ => DeviceError::Io(e),
     }
 }
 
@@ -447,10 +649,12 @@ struct AlignedBuf {
 }
 
 impl AlignedBuf {
+    /// Memory alignment that satisfies `O_DIRECT` on every device we meet.
     const ALIGN: usize = 4096;
 
-    fn copy_of(data: &[u8]) -> io::Result<Self> {
-        let layout = std::alloc::Layout::from_size_align(data.len().max(1), Self::ALIGN)
+    fn copy_of(data: &[u8], block_size: usize) -> io::Result<Self> {
+        let align = Self::ALIGN.max(block_size);
+        let layout = std::alloc::Layout::from_size_align(data.len().max(1), align)
             .map_err(|_| io::Error::other("write too large for an aligned buffer"))?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc(layout) };

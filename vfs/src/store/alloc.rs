@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use super::state::MetaOp;
 use super::zone_map::{StreamKey, ZoneUse};
 use super::{Inner, Store};
-use crate::device::ZoneId;
+use crate::device::{ZoneId, ZonePlacement};
 use crate::hint::Hint;
 use crate::resolver::ZnsHead;
 use crate::{Error, Result};
@@ -130,7 +130,7 @@ impl Inner {
             self.config.gc_reserve_zones as usize
         };
         if self.free.len() > reserve {
-            let zone = match self.open_zone(key)? {
+            let zone = match self.open_zone(key, hint.group)? {
                 Ok(zone) => zone,
                 Err(need) => return Ok(Err(need)),
             };
@@ -295,7 +295,11 @@ impl Inner {
     }
 
     /// Takes a free zone for stream `key`, making room under the active limit first.
-    fn open_zone(&mut self, key: StreamKey) -> Result<std::result::Result<ZoneId, Need>> {
+    fn open_zone(
+        &mut self,
+        key: StreamKey,
+        group: u32,
+    ) -> Result<std::result::Result<ZoneId, Need>> {
         while self.active_data_zones() >= self.active_budget() {
             if self.reset_need() == Some(Need::Commit) {
                 // Emptied zones still hold active resources until their reset.
@@ -332,6 +336,12 @@ impl Inner {
             zone,
             owner: ZoneUse::Data(key),
         })?;
+        let placement = ZonePlacement {
+            tenant: key.tenant,
+            stream: key.stream,
+            group,
+        };
+        self.device.assign_zone(zone, &placement);
         Ok(Ok(zone))
     }
 

@@ -18,7 +18,7 @@ use super::journal::{self, Journal};
 use super::state::{FileKind, MetaOp, State};
 use super::zone_map::ZoneUse;
 use super::{Counters, Inner, Placements, StoreConfig};
-use crate::device::{ZoneState, ZonedDevice};
+use crate::device::{ZonePlacement, ZoneState, ZonedDevice};
 use crate::hint::Class;
 use crate::resolver::ZnsHead;
 use crate::{Error, Result};
@@ -249,6 +249,12 @@ impl Inner {
             match self.state.zones.owner[z] {
                 Some(ZoneUse::Meta) => {}
                 Some(ZoneUse::Data(key)) if self.state.zones.valid_blocks(zone) > 0 => {
+                    let placement = ZonePlacement {
+                        tenant: key.tenant,
+                        stream: key.stream,
+                        group: 0,
+                    };
+                    self.device.assign_zone(zone, &placement);
                     let partial = self.wp[z] > 0 && self.wp[z] < cap;
                     if partial && !self.heads.contains_key(&key) {
                         self.heads.insert(key, ZnsHead { zone, group: 0 });
