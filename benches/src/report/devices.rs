@@ -14,9 +14,20 @@ const FDPFS_REDUCTION: f64 = 0.31;
 /// Runs the FDP VM and appends the section to `out/report.md`.
 pub fn append(out: &Path) -> Result<(), String> {
     eprintln!("report: FDP write stream on the SSD model (QEMU VM)");
+    let section = section(valet_tests::vm::fdp_ssd_model_figures());
+    let path = out.join("report.md");
+    let mut text =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.push('\n');
+    text.push_str(&section);
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The section for the VM's figures (`None`: no VM here).
+fn section(figures: Option<Result<Vec<(String, f64)>, String>>) -> String {
     let mut doc = Doc::default();
     doc.heading(2, "FDP: the backend's write stream on the SSD model");
-    match valet_tests::vm::fdp_ssd_model_figures() {
+    match figures {
         None => doc.paragraph(
             "Not measured: QEMU or the VM kernel is missing here (`.ci/setup-vm` installs them).",
         ),
@@ -58,10 +69,30 @@ pub fn append(out: &Path) -> Result<(), String> {
             doc.table(&t);
         }
     }
-    let path = out.join("report.md");
-    let mut text =
-        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    text.push('\n');
-    text.push_str(doc.render());
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    doc.render().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_section_shows_the_vm_figures_or_why_there_are_none() {
+        let fields = vec![
+            ("host_mib".to_string(), 144.9),
+            ("store_waf".to_string(), 1.04),
+            ("waf_with_placement".to_string(), 1.0),
+            ("waf_without".to_string(), 1.438),
+            ("reduction".to_string(), 0.438),
+        ];
+        let text = section(Some(Ok(fields)));
+        assert!(
+            text.contains(
+                "| LSM on the FDP backend (VM) | 144.9 | 1.040 | 1.000 | 1.438 | 0.438 | 0.31"
+            ),
+            "{text}"
+        );
+        assert!(section(None).contains("Not measured"));
+        assert!(section(Some(Err("boom".into()))).contains("failed: boom"));
+    }
 }
