@@ -149,6 +149,7 @@ impl Bench {
                 },
             ],
             trap_unknown_imports: false,
+            ..GuestSpec::default()
         }
     }
 
