@@ -10,6 +10,8 @@
 mod fleet;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::sync::{Arc, Mutex};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
@@ -280,26 +282,40 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
     for cycle in 0..cycles {
         let how = cycle % 3;
         let ids = [format!("k{cycle}-a"), format!("k{cycle}-b")];
-        let pods: Vec<(String, Child)> = ids
+        // Each pod's stdout is read as it comes, so the test sees its acknowledgements.
+        let pods: Vec<(String, Child, Arc<Mutex<String>>, std::thread::JoinHandle<()>)> = ids
             .iter()
             .enumerate()
             .map(|(i, id)| {
                 let tenant = format!("k{i}");
-                let child = node.spawn(
+                let mut child = node.spawn(
                     id,
                     &[("valet.io/tenant", &tenant)],
                     &[],
-                    &[&format!("log{i}"), "/data", "0", "430"],
+                    &[&format!("log{i}"), "/data", "1000000", "430"],
                 );
-                (tenant, child)
+                let seen = Arc::new(Mutex::new(String::new()));
+                let stdout = child.stdout.take().unwrap();
+                let sink = seen.clone();
+                let reader = std::thread::spawn(move || {
+                    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                        let mut s = sink.lock().unwrap();
+                        s.push_str(&line);
+                        s.push('\n');
+                    }
+                });
+                (tenant, child, seen, reader)
             })
             .collect();
-        // Let them write a while, then kill: the task, the shim, or the agent.
-        std::thread::sleep(Duration::from_millis(300 + 37 * (cycle % 7)));
+        // Let both write a while, then kill: the tasks, their shims, or the agent.
+        fleet::wait_for(Duration::from_secs(120), "both pods to acknowledge records", || {
+            pods.iter().all(|p| acked(&p.2.lock().unwrap()) > 0)
+        });
+        std::thread::sleep(Duration::from_millis(100 + 37 * (cycle % 7)));
         match how {
             0 => {
                 for id in &ids {
-                    node.containerd.ctr(&["tasks", "kill", "-s", "SIGKILL", id]);
+                    node.containerd.ctr_ok(&["tasks", "kill", "-s", "SIGKILL", id]);
                 }
             }
             1 => {
@@ -311,19 +327,26 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
                 node.agent.take().unwrap().kill();
             }
         }
-        for (i, (tenant, child)) in pods.into_iter().enumerate() {
+        for (i, (tenant, child, seen, reader)) in pods.into_iter().enumerate() {
             let out = child.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            reader.join().unwrap();
+            let stdout = seen.lock().unwrap().clone();
             let n = acked(&stdout);
-            assert!(n > 0, "cycle {cycle} pod {i} acknowledged nothing: {}", text(&out));
+            assert!(
+                !stdout.contains("ok "),
+                "cycle {cycle} pod {i} finished before it was killed"
+            );
             let total = acked_total.entry(tenant).or_default();
             *total = (*total).max(n);
+            let stderr = String::from_utf8_lossy(&out.stderr);
             if how == 2 {
-                assert!(
-                    String::from_utf8_lossy(&out.stderr).contains("node agent went away"),
-                    "{}",
-                    text(&out)
-                );
+                assert!(stderr.contains("node agent went away"), "{stderr}");
+            }
+            if how == 1 {
+                // ctr loses its task with the shim ("ttrpc: closed").
+                assert!(!out.status.success(), "cycle {cycle} pod {i}: {stderr}");
+            } else {
+                assert_eq!(out.status.code(), Some(137), "cycle {cycle} pod {i}: {stderr}");
             }
         }
         // Leftover containers of killed shims.
