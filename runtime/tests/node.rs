@@ -54,7 +54,10 @@ fn fixture() -> &'static Fixture {
         std::thread::spawn(move || node::serve(config).expect("the agent"));
         let start = Instant::now();
         while UnixStream::connect(&socket).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "the agent did not listen");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the agent did not listen"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         Fixture {
@@ -152,7 +155,11 @@ fn acked(stdout: &str) -> u64 {
 
 #[test]
 fn pods_run_at_once_with_their_own_stdio_and_exit_codes() {
-    let (a, ca) = create("a", &[("valet.io/tenant", "na")], &["wa", "/data", "200", "430"]);
+    let (a, ca) = create(
+        "a",
+        &[("valet.io/tenant", "na")],
+        &["wa", "/data", "200", "430"],
+    );
     let (b, cb) = create(
         "b",
         &[("valet.io/tenant", "nb"), ("valet.io/policy", "rocks")],
@@ -165,7 +172,10 @@ fn pods_run_at_once_with_their_own_stdio_and_exit_codes() {
     let (eb, out_b, _) = b.wait();
     assert_eq!(ea, FromAgent::Exited { code: 0 }, "{out_a}\n{err_a}");
     assert_eq!(eb, FromAgent::Exited { code: 0 }, "{out_b}");
-    assert!(out_a.contains("ok 200") && out_a.contains("motd from the rootfs"), "{out_a}");
+    assert!(
+        out_a.contains("ok 200") && out_a.contains("motd from the rootfs"),
+        "{out_a}"
+    );
     assert!(out_b.contains("ok 200"), "{out_b}");
     // Each pod's stdout carries only its own lines.
     assert_eq!(out_a.lines().filter(|l| l.starts_with("ack")).count(), 200);
@@ -178,7 +188,11 @@ fn a_pod_over_its_quota_gets_enospc_while_another_keeps_writing() {
         &[("valet.io/tenant", "nq"), ("valet.io/quota", "32KiB")],
         &["wq", "/data", "1000", "430"],
     );
-    let (w, cw) = create("w", &[("valet.io/tenant", "nw")], &["ww", "/data", "300", "430"]);
+    let (w, cw) = create(
+        "w",
+        &[("valet.io/tenant", "nw")],
+        &["ww", "/data", "300", "430"],
+    );
     assert_eq!((cq, cw), (FromAgent::Created, FromAgent::Created));
     q.start();
     w.start();
@@ -187,7 +201,10 @@ fn a_pod_over_its_quota_gets_enospc_while_another_keeps_writing() {
     assert_eq!(eq, FromAgent::Exited { code: 4 }, "{out_q}");
     let n = acked(&out_q);
     assert!(out_q.contains(&format!("enospc {n}")), "{out_q}");
-    assert!(n > 0 && n * RECORD as u64 <= 32 << 10, "{n} records under 32 KiB");
+    assert!(
+        n > 0 && n * RECORD as u64 <= 32 << 10,
+        "{n} records under 32 KiB"
+    );
     assert_eq!(ew, FromAgent::Exited { code: 0 }, "{out_w}");
     assert!(out_w.contains("ok 300"), "{out_w}");
 }
@@ -195,7 +212,10 @@ fn a_pod_over_its_quota_gets_enospc_while_another_keeps_writing() {
 #[test]
 fn bad_requests_fail_at_create_with_one_line() {
     for (annotations, says) in [
-        (vec![("valet.io/quota", "12X")], "valet.io/quota=\"12X\": unknown unit"),
+        (
+            vec![("valet.io/quota", "12X")],
+            "valet.io/quota=\"12X\": unknown unit",
+        ),
         (vec![("valet.io/policy", "nosuch")], "no such policy"),
         (vec![("valet.io/mounts", "data")], "not an absolute path"),
     ] {
@@ -221,7 +241,12 @@ fn bad_requests_fail_at_create_with_one_line() {
         annotations: BTreeMap::new(),
         stdio: [false, false, false],
     });
-    proto::send(&conn, &request, &node::create_fds(&rootfs, &[None, None, None])).unwrap();
+    proto::send(
+        &conn,
+        &request,
+        &node::create_fds(&rootfs, &[None, None, None]),
+    )
+    .unwrap();
     let (answer, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
     assert!(
         matches!(&answer, FromAgent::Failed { message } if message.contains("not a valid WebAssembly module")),
@@ -232,7 +257,11 @@ fn bad_requests_fail_at_create_with_one_line() {
 #[test]
 fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     // Killed: exit 128 + 9, promptly.
-    let (p, c) = create("k", &[("valet.io/tenant", "nk")], &["wk", "/data", "0", "430"]);
+    let (p, c) = create(
+        "k",
+        &[("valet.io/tenant", "nk")],
+        &["wk", "/data", "0", "430"],
+    );
     assert_eq!(c, FromAgent::Created);
     p.start();
     std::thread::sleep(Duration::from_millis(200));
@@ -240,18 +269,30 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
     let (e, out, _) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 137 });
-    assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
     let n = acked(&out);
     assert!(n > 0, "{out}");
     // A second run of the tenant finds every acknowledged record intact and goes on.
-    let (p, _) = create("k2", &[("valet.io/tenant", "nk")], &["wk", "/data", &(n + 5).to_string(), "430"]);
+    let (p, _) = create(
+        "k2",
+        &[("valet.io/tenant", "nk")],
+        &["wk", "/data", &(n + 5).to_string(), "430"],
+    );
     p.start();
     let (e, out2, err2) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out2}\n{err2}");
     assert!(out2.lines().any(|l| l.starts_with("ok ")), "{out2}");
 
     // The shim vanishes: the guest is stopped (its stdout reaches end of file).
-    let (p, _) = create("v", &[("valet.io/tenant", "nv")], &["wv", "/data", "0", "430"]);
+    let (p, _) = create(
+        "v",
+        &[("valet.io/tenant", "nv")],
+        &["wv", "/data", "0", "430"],
+    );
     p.start();
     std::thread::sleep(Duration::from_millis(200));
     let Pod { conn, stdout, .. } = p;

@@ -219,7 +219,10 @@ fn create(
 ) -> Result<UnixStream> {
     // Checked here first, so the message needs no agent; the agent checks again.
     PodConfig::from_annotations(id, &annotations)?;
-    let process = spec.process().as_ref().context("the OCI spec has no process")?;
+    let process = spec
+        .process()
+        .as_ref()
+        .context("the OCI spec has no process")?;
     let args = process.args().clone().unwrap_or_default();
     let Some(arg0) = args.first() else {
         bail!("no process args: the first must be the module's path (e.g. /app.wasm)");

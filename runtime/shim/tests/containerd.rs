@@ -11,9 +11,9 @@ mod fleet;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::sync::{Arc, Mutex};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleet::{oci, Agent, Containerd, RUNTIME};
@@ -81,7 +81,9 @@ impl Node {
     /// `ctr run --rm` of the image as container `id` with these annotations and env, the
     /// guest's arguments after the module path; not waited for.
     fn spawn(&self, id: &str, annotations: &[(&str, &str)], env: &[&str], args: &[&str]) -> Child {
-        let mut c = self.containerd.ctr_command(&["run", "--rm", "--runtime", RUNTIME]);
+        let mut c = self
+            .containerd
+            .ctr_command(&["run", "--rm", "--runtime", RUNTIME]);
         for (k, v) in annotations {
             c.arg("--annotation").arg(format!("{k}={v}"));
         }
@@ -107,7 +109,9 @@ impl Node {
         if let Some(agent) = self.agent.take() {
             agent.kill();
         }
-        device(&self.device).mount_existing().expect("mounting the node store")
+        device(&self.device)
+            .mount_existing()
+            .expect("mounting the node store")
     }
 }
 
@@ -182,7 +186,12 @@ fn pods_share_the_node_store_at_once() {
     let mut node = Node::start();
     // Three pods at once, each a tenant: two write 300 records, the third has a 64 KiB
     // quota and asks for 1000 (430 KB).
-    let a = node.spawn("pod-a", &[("valet.io/tenant", "a")], &[], &["wa", "/data", "300", "430"]);
+    let a = node.spawn(
+        "pod-a",
+        &[("valet.io/tenant", "a")],
+        &[],
+        &["wa", "/data", "300", "430"],
+    );
     let b = node.spawn(
         "pod-b",
         &[("valet.io/tenant", "b"), ("valet.io/policy", "rocks")],
@@ -201,19 +210,39 @@ fn pods_share_the_node_store_at_once() {
         q.wait_with_output().unwrap(),
     );
     let agent_log = node.agent.as_ref().unwrap().log_text();
-    assert_eq!(a.status.code(), Some(0), "pod a: {}\nagent: {agent_log}", text(&a));
-    assert!(String::from_utf8_lossy(&a.stdout).contains("ok 300"), "{}", text(&a));
+    assert_eq!(
+        a.status.code(),
+        Some(0),
+        "pod a: {}\nagent: {agent_log}",
+        text(&a)
+    );
+    assert!(
+        String::from_utf8_lossy(&a.stdout).contains("ok 300"),
+        "{}",
+        text(&a)
+    );
     // The rest of the rootfs is the image's, readable by the guest.
-    assert!(String::from_utf8_lossy(&a.stdout).contains("motd from the image"), "{}", text(&a));
+    assert!(
+        String::from_utf8_lossy(&a.stdout).contains("motd from the image"),
+        "{}",
+        text(&a)
+    );
     // Env and exit codes pass through.
     assert_eq!(b.status.code(), Some(7), "pod b: {}", text(&b));
-    assert!(String::from_utf8_lossy(&b.stdout).contains("ok 300"), "{}", text(&b));
+    assert!(
+        String::from_utf8_lossy(&b.stdout).contains("ok 300"),
+        "{}",
+        text(&b)
+    );
     // The pod over its quota gets ENOSPC; the others wrote everything.
     assert_eq!(q.status.code(), Some(4), "pod q: {}", text(&q));
     let q_out = String::from_utf8_lossy(&q.stdout).into_owned();
     let q_acked = acked(&q_out);
     assert!(q_out.contains(&format!("enospc {q_acked}")), "{}", text(&q));
-    assert!(q_acked > 0 && q_acked * RECORD as u64 <= 64 << 10, "{q_acked} records");
+    assert!(
+        q_acked > 0 && q_acked * RECORD as u64 <= 64 << 10,
+        "{q_acked} records"
+    );
 
     let store = node.stop_agent_and_mount();
     assert_eq!(records(&store, "a", "wa"), 300);
@@ -283,7 +312,12 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
         let how = cycle % 3;
         let ids = [format!("k{cycle}-a"), format!("k{cycle}-b")];
         // Each pod's stdout is read as it comes, so the test sees its acknowledgements.
-        let pods: Vec<(String, Child, Arc<Mutex<String>>, std::thread::JoinHandle<()>)> = ids
+        let pods: Vec<(
+            String,
+            Child,
+            Arc<Mutex<String>>,
+            std::thread::JoinHandle<()>,
+        )> = ids
             .iter()
             .enumerate()
             .map(|(i, id)| {
@@ -308,14 +342,17 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
             })
             .collect();
         // Let both write a while, then kill: the tasks, their shims, or the agent.
-        fleet::wait_for(Duration::from_secs(120), "both pods to acknowledge records", || {
-            pods.iter().all(|p| acked(&p.2.lock().unwrap()) > 0)
-        });
+        fleet::wait_for(
+            Duration::from_secs(120),
+            "both pods to acknowledge records",
+            || pods.iter().all(|p| acked(&p.2.lock().unwrap()) > 0),
+        );
         std::thread::sleep(Duration::from_millis(100 + 37 * (cycle % 7)));
         match how {
             0 => {
                 for id in &ids {
-                    node.containerd.ctr_ok(&["tasks", "kill", "-s", "SIGKILL", id]);
+                    node.containerd
+                        .ctr_ok(&["tasks", "kill", "-s", "SIGKILL", id]);
                 }
             }
             1 => {
@@ -346,7 +383,11 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
                 // ctr loses its task with the shim ("ttrpc: closed").
                 assert!(!out.status.success(), "cycle {cycle} pod {i}: {stderr}");
             } else {
-                assert_eq!(out.status.code(), Some(137), "cycle {cycle} pod {i}: {stderr}");
+                assert_eq!(
+                    out.status.code(),
+                    Some(137),
+                    "cycle {cycle} pod {i}: {stderr}"
+                );
             }
         }
         // Leftover containers of killed shims.
@@ -357,7 +398,10 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
         let store = node.stop_agent_and_mount();
         for (i, (tenant, want)) in acked_total.iter().enumerate() {
             let have = records(&store, tenant, &format!("log{i}"));
-            assert!(have >= *want, "cycle {cycle}: {tenant} holds {have} of {want} acknowledged records");
+            assert!(
+                have >= *want,
+                "cycle {cycle}: {tenant} holds {have} of {want} acknowledged records"
+            );
         }
         let report = store.fsck().unwrap();
         assert!(report.is_clean(), "cycle {cycle}: fsck: {report:?}");

@@ -58,7 +58,17 @@ impl Bench {
     fn spawn(&self, image: &str, id: &str, tenant: &str, args: &[&str]) -> Child {
         let tenant = format!("valet.io/tenant={tenant}");
         self.containerd
-            .ctr_command(&["run", "--rm", "--runtime", RUNTIME, "--annotation", &tenant, image, id, "/app.wasm"])
+            .ctr_command(&[
+                "run",
+                "--rm",
+                "--runtime",
+                RUNTIME,
+                "--annotation",
+                &tenant,
+                image,
+                id,
+                "/app.wasm",
+            ])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -98,7 +108,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn now_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 #[test]
@@ -116,9 +129,25 @@ fn pod_start() {
     let c = &b.containerd;
     // One start: create the container, then time `ctr tasks start` to the guest's line.
     let start_once = |image: &str, id: &str| -> f64 {
-        c.ctr_ok(&["containers", "create", "--runtime", RUNTIME, image, id, "/app.wasm", id, "/data", "1", "430"]);
+        c.ctr_ok(&[
+            "containers",
+            "create",
+            "--runtime",
+            RUNTIME,
+            image,
+            id,
+            "/app.wasm",
+            id,
+            "/data",
+            "1",
+            "430",
+        ]);
         let t0 = now_ns();
-        let out = c.ctr_command(&["tasks", "start", id]).stdin(Stdio::null()).output().unwrap();
+        let out = c
+            .ctr_command(&["tasks", "start", id])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
         let stdout = ok(&out, id);
         c.ctr(&["tasks", "rm", "-f", id]);
         c.ctr(&["containers", "rm", id]);
@@ -173,7 +202,10 @@ fn writer_figures(stdout: &str) -> Vec<(f64, f64)> {
 fn summary(what: &str, w: &[(f64, f64)]) {
     let total: f64 = w.iter().map(|x| x.0).sum();
     let worst = w.iter().map(|x| x.1).fold(0.0, f64::max);
-    println!("{what}: {} writers, {total:.0} syncs/s in all, worst P99.99 {worst:.0} µs", w.len());
+    println!(
+        "{what}: {} writers, {total:.0} syncs/s in all, worst P99.99 {worst:.0} µs",
+        w.len()
+    );
 }
 
 #[test]
@@ -193,9 +225,21 @@ fn synced_appends_pods_against_tenants() {
             let pods: Vec<Child> = (0..writers)
                 .map(|i| {
                     let id = format!("s{round}-{writers}-{i}");
-                    b.spawn("docker.io/valet/sync:1", &id, &format!("t{i}"), &[
-                        "--dir", "/data", "--name", &format!("p{i}"), "--seconds", secs, "--start_at_ms", &at,
-                    ])
+                    b.spawn(
+                        "docker.io/valet/sync:1",
+                        &id,
+                        &format!("t{i}"),
+                        &[
+                            "--dir",
+                            "/data",
+                            "--name",
+                            &format!("p{i}"),
+                            "--seconds",
+                            secs,
+                            "--start_at_ms",
+                            &at,
+                        ],
+                    )
                 })
                 .collect();
             let mut figures = Vec::new();
@@ -215,8 +259,15 @@ fn synced_appends_pods_against_tenants() {
             }
             let file = b.dir.path().join(format!("t-{round}-{writers}.toml"));
             std::fs::write(&file, toml).unwrap();
-            let out = valet_tests::valet_run(&device).arg("--tenants").arg(&file).output().unwrap();
-            summary(&format!("round {round}: valet-run, {writers} tenants"), &writer_figures(&ok(&out, "valet-run")));
+            let out = valet_tests::valet_run(&device)
+                .arg("--tenants")
+                .arg(&file)
+                .output()
+                .unwrap();
+            summary(
+                &format!("round {round}: valet-run, {writers} tenants"),
+                &writer_figures(&ok(&out, "valet-run")),
+            );
         }
     }
 }
@@ -227,7 +278,14 @@ fn db_bench_lines(stdout: &str) -> Vec<(String, f64)> {
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.split_once(':')?;
-            let ops = rest.split(';').nth(1)?.trim().strip_suffix("ops/sec")?.trim().parse().ok()?;
+            let ops = rest
+                .split(';')
+                .nth(1)?
+                .trim()
+                .strip_suffix("ops/sec")?
+                .trim()
+                .parse()
+                .ok()?;
             Some((name.trim().to_string(), ops))
         })
         .collect()
@@ -243,15 +301,30 @@ fn leveldb_as_a_pod_against_valet_run() {
         return;
     };
     let b = Bench::start();
-    b.import("docker.io/valet/leveldb:1", &std::fs::read(leveldb).unwrap());
+    b.import(
+        "docker.io/valet/leveldb:1",
+        &std::fs::read(leveldb).unwrap(),
+    );
     let num = std::env::var("VALET_FLEET_LEVELDB_NUM").unwrap_or_else(|_| "100000".into());
     for sync in ["0", "1"] {
-        let n = if sync == "1" { "10000".to_string() } else { num.clone() };
-        let args = ["--benchmarks=fillseq,fillrandom,overwrite,readrandom", "--num", &n, "--sync", sync];
+        let n = if sync == "1" {
+            "10000".to_string()
+        } else {
+            num.clone()
+        };
+        let args = [
+            "--benchmarks=fillseq,fillrandom,overwrite,readrandom",
+            "--num",
+            &n,
+            "--sync",
+            sync,
+        ];
         for round in 0..2 {
             let id = format!("ldb-{sync}-{round}");
             let pod = ok(
-                &b.spawn("docker.io/valet/leveldb:1", &id, "ldb", &args).wait_with_output().unwrap(),
+                &b.spawn("docker.io/valet/leveldb:1", &id, "ldb", &args)
+                    .wait_with_output()
+                    .unwrap(),
                 "leveldb pod",
             );
             let device = b.dir.path().join(format!("ldb-{sync}-{round}"));

@@ -22,7 +22,8 @@ fn str_at<'a>(y: &'a Yaml, path: &[&str]) -> &'a str {
     for p in path {
         at = &at[*p];
     }
-    at.as_str().unwrap_or_else(|| panic!("{path:?} is not a string"))
+    at.as_str()
+        .unwrap_or_else(|| panic!("{path:?} is not a string"))
 }
 
 #[test]
@@ -30,7 +31,10 @@ fn containerd_snippet_selects_the_shim_and_passes_annotations() {
     let t: toml::Table = deploy("containerd.toml").parse().unwrap();
     let valet = &t["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["valet"];
     // containerd turns io.containerd.valet.v1 into the binary containerd-shim-valet-v1.
-    assert_eq!(valet["runtime_type"].as_str(), Some("io.containerd.valet.v1"));
+    assert_eq!(
+        valet["runtime_type"].as_str(),
+        Some("io.containerd.valet.v1")
+    );
     let passed: Vec<&str> = valet["pod_annotations"]
         .as_array()
         .unwrap()
@@ -81,13 +85,21 @@ fn runtime_class_daemonset_and_pod_fit_together() {
 
     let pod = yaml("pod.yaml");
     assert_eq!(str_at(&pod, &["kind"]), "Pod");
-    assert_eq!(str_at(&pod, &["spec", "runtimeClassName"]), str_at(&rc, &["metadata", "name"]));
+    assert_eq!(
+        str_at(&pod, &["spec", "runtimeClassName"]),
+        str_at(&rc, &["metadata", "name"])
+    );
     // The pod's annotations are ones the shim accepts.
     let annotations: BTreeMap<String, String> = pod["metadata"]["annotations"]
         .as_hash()
         .unwrap()
         .iter()
-        .map(|(k, v)| (k.as_str().unwrap().to_string(), v.as_str().unwrap().to_string()))
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let config = PodConfig::from_annotations("leveldb", &annotations).unwrap();
     assert_eq!(config.tenant, "leveldb");
@@ -96,8 +108,17 @@ fn runtime_class_daemonset_and_pod_fit_together() {
 
 #[test]
 fn the_readme_shows_the_files_as_they_are() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    for name in ["containerd.toml", "runtimeclass.yaml", "daemonset.yaml", "pod.yaml"] {
-        assert!(readme.contains(&deploy(name)), "README.md does not show deploy/{name} as it is");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for name in [
+        "containerd.toml",
+        "runtimeclass.yaml",
+        "daemonset.yaml",
+        "pod.yaml",
+    ] {
+        assert!(
+            readme.contains(&deploy(name)),
+            "README.md does not show deploy/{name} as it is"
+        );
     }
 }

@@ -167,7 +167,10 @@ impl Agent {
         let (create, fds) = match proto::recv::<ToAgent>(&conn) {
             Ok(Some((ToAgent::Create(c), fds))) => (c, fds),
             Ok(Some(other)) => {
-                reply(&conn, &failed(anyhow!("expected Create first, got {other:?}")));
+                reply(
+                    &conn,
+                    &failed(anyhow!("expected Create first, got {other:?}")),
+                );
                 return;
             }
             Ok(None) => return,
@@ -270,7 +273,9 @@ impl Agent {
         let mut stdio: [Option<Arc<File>>; 3] = [None, None, None];
         for (slot, present) in stdio.iter_mut().zip(req.stdio) {
             if present {
-                let fd = fds.next().context("the shim sent too few stdio descriptors")?;
+                let fd = fds
+                    .next()
+                    .context("the shim sent too few stdio descriptors")?;
                 *slot = Some(Arc::new(File::from(fd)));
             }
         }
@@ -389,7 +394,10 @@ fn reply(conn: &UnixStream, msg: &FromAgent) -> bool {
 }
 
 /// The descriptors a shim sends with its request, in order (see [`proto::Create`]).
-pub fn create_fds<'a>(rootfs: &'a File, stdio: &'a [Option<File>; 3]) -> Vec<std::os::fd::BorrowedFd<'a>> {
+pub fn create_fds<'a>(
+    rootfs: &'a File,
+    stdio: &'a [Option<File>; 3],
+) -> Vec<std::os::fd::BorrowedFd<'a>> {
     std::iter::once(rootfs.as_fd())
         .chain(stdio.iter().flatten().map(|f| f.as_fd()))
         .collect()

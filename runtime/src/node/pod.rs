@@ -39,8 +39,7 @@ impl PodConfig {
     /// annotation and says what is wrong, in one line.
     pub fn from_annotations(id: &str, annotations: &BTreeMap<String, String>) -> Result<Self> {
         for key in annotations.keys() {
-            if key.starts_with(PREFIX) && ![TENANT, POLICY, QUOTA, MOUNTS].contains(&key.as_str())
-            {
+            if key.starts_with(PREFIX) && ![TENANT, POLICY, QUOTA, MOUNTS].contains(&key.as_str()) {
                 bail!("unknown annotation {key} (known: {TENANT}, {POLICY}, {QUOTA}, {MOUNTS})");
             }
         }
@@ -59,9 +58,9 @@ impl PodConfig {
             None => "default".to_string(),
         };
         let quota = match annotations.get(QUOTA) {
-            Some(q) => Some(
-                parse_size(q).map_err(|e| anyhow::anyhow!("annotation {QUOTA}={q:?}: {e}"))?,
-            ),
+            Some(q) => {
+                Some(parse_size(q).map_err(|e| anyhow::anyhow!("annotation {QUOTA}={q:?}: {e}"))?)
+            }
             None => None,
         };
         let mounts = match annotations.get(MOUNTS) {

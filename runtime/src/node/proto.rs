@@ -58,9 +58,13 @@ pub struct Create {
 pub enum FromAgent {
     Created,
     Started,
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+    },
     /// One line saying what went wrong (our failure, not the guest's).
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
 }
 
 /// Sends one message with `fds` attached.
@@ -166,7 +170,9 @@ pub fn recv<T: DeserializeOwned>(sock: &UnixStream) -> io::Result<Option<(T, Vec
     (&*sock).read_exact(&mut len[got..])?;
     let size = u32::from_be_bytes(len) as usize;
     if size > MAX_MESSAGE {
-        return Err(io::Error::other(format!("message of {size} bytes is too large")));
+        return Err(io::Error::other(format!(
+            "message of {size} bytes is too large"
+        )));
     }
     let mut body = vec![0; size];
     (&*sock).read_exact(&mut body)?;

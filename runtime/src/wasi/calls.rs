@@ -605,8 +605,16 @@ fn fd_fdstat_get(m: &GuestMem, w: &WasiCtx, fd: u32, out: u32) -> R<()> {
     let dir_rights = rights::ALL & !(1 << 2) & !(1 << 22) & !(1 << 19);
     let (ty, base, inh) = match &d.kind {
         Kind::Stdin => (stdio_type(w.stdio_fd(0)), rights::FD_READ, rights::FD_READ),
-        Kind::Stdout => (stdio_type(w.stdio_fd(1)), rights::FD_WRITE, rights::FD_WRITE),
-        Kind::Stderr => (stdio_type(w.stdio_fd(2)), rights::FD_WRITE, rights::FD_WRITE),
+        Kind::Stdout => (
+            stdio_type(w.stdio_fd(1)),
+            rights::FD_WRITE,
+            rights::FD_WRITE,
+        ),
+        Kind::Stderr => (
+            stdio_type(w.stdio_fd(2)),
+            rights::FD_WRITE,
+            rights::FD_WRITE,
+        ),
         Kind::StoreDir(_) | Kind::HostDir(_) => (filetype::DIRECTORY, dir_rights, rights::ALL),
         Kind::StoreFile(_) | Kind::HostFile(_) => {
             let mut r = rights::ALL;

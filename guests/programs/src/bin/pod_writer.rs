@@ -51,7 +51,10 @@ fn main() {
     }
     let name = &args[1];
     let path = format!("{}/{name}.log", args[2]);
-    let number = |s: &str| -> u64 { s.parse().unwrap_or_else(|_| fail(2, format!("not a number: {s}"))) };
+    let number = |s: &str| -> u64 {
+        s.parse()
+            .unwrap_or_else(|_| fail(2, format!("not a number: {s}")))
+    };
     let records = number(&args[3]);
     let size = number(&args[4]) as usize;
     if size == 0 {
@@ -97,6 +100,9 @@ fn main() {
         }
     }
     say(format!("ok {}", data.len() / size));
-    let code = std::env::var("POD_EXIT").ok().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let code = std::env::var("POD_EXIT")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     std::process::exit(code)
 }

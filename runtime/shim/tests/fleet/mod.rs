@@ -40,9 +40,8 @@ pub fn available() -> bool {
 }
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|p| p.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(program).is_file()))
 }
 
 /// Polls `ready` every 20 ms until it holds or `limit` passes.
@@ -86,7 +85,10 @@ impl Agent {
             if let Ok(Some(status)) = agent.child.try_wait() {
                 panic!("the agent exited ({status}): {}", agent.log_text());
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "the agent did not listen");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the agent did not listen"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         agent
@@ -208,7 +210,8 @@ state = "{state}"
     }
 
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
@@ -217,7 +220,12 @@ state = "{state}"
     pub fn import(&self, tar: &[u8]) {
         let path = self.dir.path().join("image.tar");
         std::fs::write(&path, tar).unwrap();
-        self.ctr_ok(&["images", "import", "--all-platforms", path.to_str().unwrap()]);
+        self.ctr_ok(&[
+            "images",
+            "import",
+            "--all-platforms",
+            path.to_str().unwrap(),
+        ]);
     }
 
     /// The shims this containerd started (their command line names its address).

@@ -54,7 +54,13 @@ fn hex(bytes: &[u8]) -> String {
 pub fn image_tar(name: &str, os: &str, arch: &str, entrypoint: &[&str], files: &[File]) -> Vec<u8> {
     let mut layer = Vec::new();
     for f in files {
-        entry(&mut layer, f.path.trim_start_matches('/'), f.data, f.mode, b'0');
+        entry(
+            &mut layer,
+            f.path.trim_start_matches('/'),
+            f.data,
+            f.mode,
+            b'0',
+        );
     }
     let layer = finish(layer);
     let config = serde_json::json!({
@@ -97,7 +103,13 @@ pub fn image_tar(name: &str, os: &str, arch: &str, entrypoint: &[&str], files: &
     .to_string()
     .into_bytes();
     let mut out = Vec::new();
-    entry(&mut out, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644, b'0');
+    entry(
+        &mut out,
+        "oci-layout",
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+        0o644,
+        b'0',
+    );
     entry(&mut out, "index.json", &index, 0o644, b'0');
     entry(&mut out, "blobs/", &[], 0o755, b'5');
     entry(&mut out, "blobs/sha256/", &[], 0o755, b'5');
