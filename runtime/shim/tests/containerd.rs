@@ -295,6 +295,14 @@ fn a_bad_annotation_fails_the_create_with_one_line() {
     );
 }
 
+/// A pod's tenant, its `ctr run`, what its stdout said so far, and the thread reading it.
+type Watched = (
+    String,
+    Child,
+    Arc<Mutex<String>>,
+    std::thread::JoinHandle<()>,
+);
+
 /// Pods killed by `ctr task kill`, by SIGKILL of their shim, and by the agent's own death:
 /// every acknowledged record is on the store afterwards, and the store checks clean.
 #[test]
@@ -312,12 +320,7 @@ fn killed_pods_and_a_killed_agent_lose_no_acknowledged_record() {
         let how = cycle % 3;
         let ids = [format!("k{cycle}-a"), format!("k{cycle}-b")];
         // Each pod's stdout is read as it comes, so the test sees its acknowledgements.
-        let pods: Vec<(
-            String,
-            Child,
-            Arc<Mutex<String>>,
-            std::thread::JoinHandle<()>,
-        )> = ids
+        let pods: Vec<Watched> = ids
             .iter()
             .enumerate()
             .map(|(i, id)| {
