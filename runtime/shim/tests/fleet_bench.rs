@@ -134,6 +134,9 @@ fn pod_start() {
             "create",
             "--runtime",
             RUNTIME,
+            // One tenant for all: every tenant with data holds zones of its own.
+            "--annotation",
+            "valet.io/tenant=starts",
             image,
             id,
             "/app.wasm",
