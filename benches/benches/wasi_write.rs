@@ -150,6 +150,7 @@ impl Bench {
                 },
             ],
             trap_unknown_imports: false,
+            ..GuestSpec::default()
         }
     }
 

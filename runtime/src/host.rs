@@ -38,6 +38,12 @@ pub enum Preopen {
         host_path: PathBuf,
         guest_path: String,
     },
+    /// A host directory already open (the node agent: a container's rootfs, handed over by
+    /// its shim as a descriptor).
+    HostDir {
+        dir: Arc<cap_std::fs::Dir>,
+        guest_path: String,
+    },
     /// A TCP listener bound here before the guest starts (`--tcplisten ADDR`), as
     /// `wasmtime run` preopens one: the guest finds it as a descriptor after the
     /// directories and calls `sock_accept` on it.
@@ -54,6 +60,67 @@ pub struct GuestSpec {
     /// Imports nothing provides become functions that trap with their name when called,
     /// instead of refusing the module (`wasmtime run --trap-unknown-imports`).
     pub trap_unknown_imports: bool,
+    /// The guest's stdin, stdout and stderr; `None` is the process's own.
+    pub stdio: [Option<Arc<std::fs::File>>; 3],
+    /// A limit on what the guest writes to the store (ENOSPC past it).
+    pub space_limit: Option<Arc<dyn wasi::SpaceLimit>>,
+    /// Lets another thread stop the guest (see [`Stop`]).
+    pub stop: Option<Arc<Stop>>,
+}
+
+/// Stops a running guest from another thread, as a signal stops a process (the node
+/// agent's `kill`): its threads trap at their next WASI call or epoch check, and the guest
+/// ends with exit code 128 + the signal's number, unless it had already ended. Descriptors
+/// are closed as at any end, so what the guest had synced stays and nothing is half-done
+/// in the store.
+#[derive(Default)]
+pub struct Stop {
+    state: Mutex<StopState>,
+}
+
+#[derive(Default)]
+struct StopState {
+    signal: Option<i32>,
+    engine: Option<Engine>,
+    wasi: Option<Arc<WasiCtx>>,
+    threads: Option<Arc<Threads>>,
+}
+
+impl Stop {
+    /// Stops the guest now, or as soon as it starts.
+    pub fn stop(&self, signal: i32) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.signal.get_or_insert(signal);
+        Self::fire(&state);
+    }
+
+    /// The signal the guest was stopped with, if any.
+    pub fn signal(&self) -> Option<i32> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).signal
+    }
+
+    fn fire(state: &StopState) {
+        let Some(signal) = state.signal else { return };
+        if let Some(threads) = &state.threads {
+            threads.finish(Some(End::Code(128 + signal)));
+        } else if let (Some(engine), Some(wasi)) = (&state.engine, &state.wasi) {
+            wasi.end();
+            engine.increment_epoch();
+        }
+    }
+
+    fn attach(&self, engine: &Engine, wasi: &Arc<WasiCtx>, threads: Option<&Arc<Threads>>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.engine = Some(engine.clone());
+        state.wasi = Some(wasi.clone());
+        state.threads = threads.cloned();
+        Self::fire(&state);
+    }
+
+    /// The end of a guest whose threads all stopped because it was ending.
+    fn end(stop: Option<&Arc<Stop>>) -> End {
+        End::Code(stop.and_then(|s| s.signal()).map_or(0, |s| 128 + s))
+    }
 }
 
 /// How a guest ended.
@@ -256,13 +323,22 @@ fn wasi_context(spec: &GuestSpec, store: &Store) -> Result<WasiCtx> {
                 })?,
                 guest_path: guest_path.clone(),
             },
+            Preopen::HostDir { dir, guest_path } => Preopened::Host {
+                dir: wasi::host_fs::HostDir::new(
+                    dir.try_clone()
+                        .context("cannot duplicate a host directory's descriptor")?,
+                ),
+                guest_path: guest_path.clone(),
+            },
             Preopen::TcpListen(addr) => Preopened::Listener(
                 std::net::TcpListener::bind(addr)
                     .with_context(|| format!("cannot listen on {addr}"))?,
             ),
         });
     }
-    WasiCtx::new(spec.args.clone(), spec.env.clone(), preopens)
+    Ok(WasiCtx::new(spec.args.clone(), spec.env.clone(), preopens)?
+        .with_stdio(spec.stdio.clone())
+        .with_space_limit(spec.space_limit.clone()))
 }
 
 /// Runs a guest to completion on `store`. Descriptors it leaves open are closed at the end
@@ -328,6 +404,9 @@ fn run_plain(
     wasi: Arc<WasiCtx>,
 ) -> Result<End> {
     check_imports(&mut linker, module, spec)?;
+    if let Some(stop) = &spec.stop {
+        stop.attach(engine, &wasi, None);
+    }
     let mut store = wasmtime::Store::new(engine, GuestState::new(wasi, MemRef::None));
     watch_epochs(&mut store);
     let instance = linker
@@ -339,7 +418,7 @@ fn run_plain(
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")
         .map_err(|_| anyhow::anyhow!("the guest has no _start: is it a WASI command?"))?;
-    Ok(end_of(start.call(&mut store, ())).unwrap_or(End::Code(0)))
+    Ok(end_of(start.call(&mut store, ())).unwrap_or_else(|| Stop::end(spec.stop.as_ref())))
 }
 
 fn run_threaded(
@@ -381,6 +460,9 @@ fn run_threaded(
         end: Mutex::new(None),
         ended: Condvar::new(),
     });
+    if let Some(stop) = &spec.stop {
+        stop.attach(engine, &threads.wasi, Some(&threads));
+    }
     let mut store = threads.new_store();
     let instance = threads
         .linker

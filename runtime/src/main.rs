@@ -4,6 +4,7 @@
 //!     valet-run [OPTIONS] --tenants FILE.toml        several guests, one tenant each
 //!     valet-run fs ls|cat|import|export|fsck|tenants --device PATH ...
 //!     valet-run policy check|push|list ...
+//!     valet-run node [--device PATH] [--socket PATH]   the node agent for containerd pods
 //!
 //! The guest's stdout and stderr pass through and its exit code is ours. A failure of our
 //! own, command-line mistakes included, is one line `valet-run: error: ...` on stderr and
@@ -53,6 +54,25 @@ enum Command {
     /// Check placement policies, and upload them to a running valet-run.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Run as the node agent: own the node's device and run the guest of every Valet
+    /// container (containerd-shim-valet-v1) on it, each pod a tenant.
+    Node(NodeArgs),
+}
+
+/// `valet-run node`.
+#[derive(Args)]
+struct NodeArgs {
+    #[command(flatten)]
+    device: DeviceArgs,
+
+    /// The Unix socket the shims connect to.
+    #[arg(long, default_value = valet_runtime::node::proto::DEFAULT_SOCKET, value_name = "PATH")]
+    socket: PathBuf,
+
+    /// Serve the admin API too (upload policies pods can then name), on a loopback
+    /// IP:PORT or a Unix socket path.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
 }
 
 /// Running guests (the command without a subcommand).
@@ -223,6 +243,14 @@ fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Some(Command::Fs(command)) => fs_cmd::run(command),
         Some(Command::Policy(command)) => policy_cmd::run(command),
+        Some(Command::Node(args)) => {
+            valet_runtime::node::serve(valet_runtime::node::NodeConfig {
+                device: args.device.spec()?,
+                socket: args.socket,
+                admin: args.admin,
+            })?;
+            Ok(0)
+        }
         None => run_guests(cli.run),
     }
 }
@@ -297,6 +325,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
                 .collect::<Result<_>>()?,
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
+            ..GuestSpec::default()
         };
         let exit = host::run(&engine, &module, &spec, &store)?;
         let code = match exit {

@@ -159,6 +159,7 @@ pub fn run(
                 guest_path: t.mount().to_string(),
             }],
             trap_unknown_imports: false,
+            ..GuestSpec::default()
         };
         prepared.push((t.name.clone(), module, spec));
     }

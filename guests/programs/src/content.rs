@@ -43,3 +43,11 @@ pub fn durable_record(seed: u64, seq: u64, len: usize) -> Vec<u8> {
     let key = mix(seed ^ mix(seq));
     fill(len, |w| mix(key.wrapping_add(w)))
 }
+
+/// Record `seq` of pod_writer's log `name`: `len` bytes.
+pub fn pod_record(name: &str, seq: u64, len: usize) -> Vec<u8> {
+    let key = name
+        .bytes()
+        .fold(0x51_7cc1_b727_220a, |h, b| mix(h ^ b as u64));
+    fill(len, |w| mix(key ^ mix(seq).wrapping_add(w)))
+}

@@ -557,6 +557,9 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
     if !d.write {
         return Err(Errno::BADF);
     }
+    if matches!(d.kind, Kind::StoreFile(_)) {
+        w.charge(end - size)?;
+    }
     set_size(&d, end)
 }
 
@@ -608,9 +611,17 @@ fn fd_fdstat_get(m: &GuestMem, w: &WasiCtx, fd: u32, out: u32) -> R<()> {
     let d = w.get(fd)?;
     let dir_rights = rights::ALL & !(1 << 2) & !(1 << 22) & !(1 << 19);
     let (ty, base, inh) = match &d.kind {
-        Kind::Stdin => (stdio_type(0), rights::FD_READ, rights::FD_READ),
-        Kind::Stdout => (stdio_type(1), rights::FD_WRITE, rights::FD_WRITE),
-        Kind::Stderr => (stdio_type(2), rights::FD_WRITE, rights::FD_WRITE),
+        Kind::Stdin => (stdio_type(w.stdio_fd(0)), rights::FD_READ, rights::FD_READ),
+        Kind::Stdout => (
+            stdio_type(w.stdio_fd(1)),
+            rights::FD_WRITE,
+            rights::FD_WRITE,
+        ),
+        Kind::Stderr => (
+            stdio_type(w.stdio_fd(2)),
+            rights::FD_WRITE,
+            rights::FD_WRITE,
+        ),
         Kind::StoreDir(_) | Kind::HostDir(_) => (filetype::DIRECTORY, dir_rights, rights::ALL),
         Kind::StoreFile(_) | Kind::HostFile(_) => {
             let mut r = rights::ALL;
@@ -658,9 +669,9 @@ fn stdio_stat(fd: i32) -> Filestat {
 fn fd_filestat(w: &WasiCtx, fd: u32) -> R<Filestat> {
     let d = w.get(fd)?;
     match &d.kind {
-        Kind::Stdin => Ok(stdio_stat(0)),
-        Kind::Stdout => Ok(stdio_stat(1)),
-        Kind::Stderr => Ok(stdio_stat(2)),
+        Kind::Stdin => Ok(stdio_stat(w.stdio_fd(0))),
+        Kind::Stdout => Ok(stdio_stat(w.stdio_fd(1))),
+        Kind::Stderr => Ok(stdio_stat(w.stdio_fd(2))),
         Kind::StoreFile(f) => f.stat(),
         Kind::StoreDir(dir) => dir.stat(),
         Kind::HostFile(f) => f.stat(),
@@ -700,6 +711,9 @@ fn fd_set_size(w: &WasiCtx, fd: u32, size: u64) -> R<()> {
     let d = w.get(fd)?;
     if size > i64::MAX as u64 {
         return Err(Errno::INVAL);
+    }
+    if let (Kind::StoreFile(f), true) = (&d.kind, w.has_space_limit()) {
+        w.charge(size.saturating_sub(f.size()?))?;
     }
     match set_size(&d, size) {
         // POSIX: EINVAL when the descriptor is not open for writing.
@@ -816,7 +830,7 @@ fn fd_read(
                 }
                 total = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
                     match &d.kind {
-                        Kind::Stdin => Ok(std::io::stdin().lock().read(b)?),
+                        Kind::Stdin => Ok(w.stdin_read(b)?),
                         Kind::Stream(s) => Ok((&*s).read(b)?),
                         _ => unreachable!(),
                     }
@@ -865,6 +879,12 @@ fn fd_write(
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
+                if let Err(e) = w.charge(len as u64) {
+                    if total == 0 {
+                        return Err(e);
+                    }
+                    break;
+                }
                 match f.handle.write_at(data, at) {
                     Ok(landed) => at = landed + len as u64,
                     Err(e) if total == 0 => return Err(e.into()),
@@ -908,8 +928,8 @@ fn fd_write(
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
                 let r = match &d.kind {
-                    Kind::Stdout => std::io::stdout().lock().write_all(data),
-                    Kind::Stderr => std::io::stderr().lock().write_all(data),
+                    Kind::Stdout => w.stdio_write(1, data),
+                    Kind::Stderr => w.stdio_write(2, data),
                     Kind::Stream(s) => (&*s).write_all(data),
                     _ => unreachable!(),
                 };
@@ -918,9 +938,6 @@ fn fd_write(
                     Err(e) if total == 0 => return Err(e.into()),
                     Err(_) => break,
                 }
-            }
-            if matches!(d.kind, Kind::Stdout) {
-                std::io::stdout().lock().flush().ok();
             }
         }
         _ => return Err(Errno::BADF),

@@ -24,7 +24,10 @@ mod poll;
 pub mod store_fs;
 pub mod table;
 
+use std::fs::File;
+use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -97,6 +100,14 @@ pub enum Preopened {
     Listener(TcpListener),
 }
 
+/// A limit on the bytes a guest may write to the store (the node agent's pod quota). The
+/// adapter asks before every write that may grow a store file; a refusal is ENOSPC.
+pub trait SpaceLimit: Send + Sync {
+    /// Asks for `bytes` more: every byte written to a store file, and the growth of a
+    /// `fd_filestat_set_size` or `fd_allocate`. False refuses them.
+    fn charge(&self, bytes: u64) -> bool;
+}
+
 /// One guest's WASI state, shared by its threads.
 pub struct WasiCtx {
     args: Vec<String>,
@@ -104,6 +115,10 @@ pub struct WasiCtx {
     table: Mutex<Table>,
     /// Set once any thread exits or traps; calls of the other threads then trap.
     ending: AtomicBool,
+    /// stdin, stdout, stderr handed in by the embedder (the node agent gives each pod its
+    /// own); `None` is the process's own.
+    stdio: [Option<Arc<File>>; 3],
+    space: Option<Arc<dyn SpaceLimit>>,
 }
 
 impl WasiCtx {
@@ -146,7 +161,62 @@ impl WasiCtx {
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             table: Mutex::new(table),
             ending: AtomicBool::new(false),
+            stdio: [None, None, None],
+            space: None,
         })
+    }
+
+    /// Gives the guest these files as stdin, stdout and stderr instead of the process's.
+    pub fn with_stdio(mut self, stdio: [Option<Arc<File>>; 3]) -> WasiCtx {
+        self.stdio = stdio;
+        self
+    }
+
+    /// Limits what the guest may write to the store.
+    pub fn with_space_limit(mut self, space: Option<Arc<dyn SpaceLimit>>) -> WasiCtx {
+        self.space = space;
+        self
+    }
+
+    /// The host descriptor behind stdio descriptor `n` (0–2).
+    pub(crate) fn stdio_fd(&self, n: usize) -> i32 {
+        match &self.stdio[n] {
+            Some(f) => f.as_raw_fd(),
+            None => n as i32,
+        }
+    }
+
+    pub(crate) fn stdin_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match &self.stdio[0] {
+            Some(f) => (&**f).read(buf),
+            None => std::io::stdin().lock().read(buf),
+        }
+    }
+
+    /// Writes to stdout (`n` = 1) or stderr (2); the process's stdout is flushed after.
+    pub(crate) fn stdio_write(&self, n: usize, data: &[u8]) -> std::io::Result<()> {
+        match (&self.stdio[n], n) {
+            (Some(f), _) => (&**f).write_all(data),
+            (None, 1) => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(data)?;
+                out.flush()
+            }
+            (None, _) => std::io::stderr().lock().write_all(data),
+        }
+    }
+
+    /// Charges `bytes` against the space limit, if any.
+    #[inline]
+    pub(crate) fn charge(&self, bytes: u64) -> Result<(), Errno> {
+        match &self.space {
+            Some(s) if !s.charge(bytes) => Err(Errno::NOSPC),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn has_space_limit(&self) -> bool {
+        self.space.is_some()
     }
 
     /// The descriptor `fd`, cloned out of the table.

@@ -104,7 +104,7 @@ pub fn poll_oneoff(
                         (Kind::Stdin, EVENT_FD_READ) => Sub::Os {
                             userdata,
                             ty: tag,
-                            fd: 0,
+                            fd: w.stdio_fd(0),
                         },
                         (Kind::Stream(s), _) => Sub::Os {
                             userdata,

@@ -1,0 +1,108 @@
+//! A pod's guest in the containerd tests (`runtime/shim/tests`): appends fixed-size records
+//! to its log on the store with an fsync after each, then reads the log back.
+//!
+//! Usage: pod_writer NAME DIR RECORDS RECORD_SIZE
+//!
+//! Appends to `DIR/NAME.log`, continuing after the whole records already there (a killed
+//! run leaves its synced prefix), until the log holds RECORDS records (0: until killed).
+//! Record `i` is `content::pod_record(NAME, i, RECORD_SIZE)`. Then reads the log back and
+//! compares every record. The exit code is `$POD_EXIT` (default 0) when all went well.
+//!
+//! Protocol on stdout, one line each, flushed:
+//!
+//!     start UNIX_NS           first thing in main: when the guest began running
+//!     motd TEXT               `/etc/motd` of the container's rootfs, when there is one
+//!     ack I                   record I is appended and its fsync returned
+//!     enospc I                appending record I failed with ENOSPC (exit 4)
+//!     ok N                    the log holds N intact records
+//!
+//! Exit codes: `$POD_EXIT` good, 1 another I/O error, 2 usage, 3 a damaged record, 4 ENOSPC.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[allow(dead_code)]
+#[path = "../content.rs"]
+mod content;
+
+fn say(line: String) {
+    let mut out = std::io::stdout().lock();
+    out.write_all(format!("{line}\n").as_bytes()).ok();
+    out.flush().ok();
+}
+
+fn fail(code: i32, what: String) -> ! {
+    eprintln!("pod_writer: {what}");
+    std::process::exit(code)
+}
+
+fn main() {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    say(format!("start {now}"));
+    if let Ok(motd) = std::fs::read_to_string("/etc/motd") {
+        say(format!("motd {}", motd.trim()));
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 5 {
+        fail(2, "usage: pod_writer NAME DIR RECORDS RECORD_SIZE".into());
+    }
+    let name = &args[1];
+    let path = format!("{}/{name}.log", args[2]);
+    let number = |s: &str| -> u64 {
+        s.parse()
+            .unwrap_or_else(|_| fail(2, format!("not a number: {s}")))
+    };
+    let records = number(&args[3]);
+    let size = number(&args[4]) as usize;
+    if size == 0 {
+        fail(2, "RECORD_SIZE must be more than 0".into());
+    }
+    let mut log = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| fail(1, format!("open {path}: {e}")));
+    let len = log
+        .metadata()
+        .unwrap_or_else(|e| fail(1, format!("stat {path}: {e}")))
+        .len();
+    // A torn last record (never acknowledged) is cut off before appending.
+    let whole = len / size as u64;
+    if whole * size as u64 != len {
+        log.set_len(whole * size as u64)
+            .unwrap_or_else(|e| fail(1, format!("truncate {path}: {e}")));
+    }
+    let mut i = whole;
+    while records == 0 || i < records {
+        let record = content::pod_record(name, i, size);
+        let done = log.write_all(&record).and_then(|()| log.sync_all());
+        match done {
+            Ok(()) => say(format!("ack {i}")),
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                say(format!("enospc {i}"));
+                std::process::exit(4)
+            }
+            Err(e) => fail(1, format!("append record {i}: {e}")),
+        }
+        i += 1;
+    }
+    let mut data = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|mut f| f.read_to_end(&mut data))
+        .unwrap_or_else(|e| fail(1, format!("read {path}: {e}")));
+    for (n, chunk) in data.chunks(size).enumerate() {
+        if chunk != content::pod_record(name, n as u64, size).as_slice() {
+            fail(3, format!("record {n} of {path} is damaged"));
+        }
+    }
+    say(format!("ok {}", data.len() / size));
+    let code = std::env::var("POD_EXIT")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    std::process::exit(code)
+}

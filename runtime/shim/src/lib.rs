@@ -1,0 +1,286 @@
+//! valet-shim: `containerd-shim-valet-v1`, the containerd shim that runs a container's WASI
+//! module on the node's Valet store.
+//!
+//! The node's device has one owner, the node agent (`valet-run node`, a DaemonSet in a
+//! cluster; see `valet_runtime::node` for why and how it runs pods). This shim runs no
+//! guest: for each container it reads the bundle's OCI spec (`config.json`: process args
+//! and env, rootfs, annotations), checks the `valet.io/*` annotations
+//! (`valet_runtime::node::pod`), and hands the agent, over its Unix socket, the request and
+//! the container's rootfs directory and stdio fifos as open descriptors. The agent prepares
+//! everything at create time (tenant, policy, quota, the compiled module) so that a mistake
+//! is one clear line on the container's stderr and a failed create, before anything runs.
+//! `start` asks the agent to run the guest, `kill` forwards the signal, and the exit code
+//! comes back from the agent. The shim closing its connection (it died, or the container
+//! was deleted) stops the guest.
+//!
+//! The agent's socket is `$VALET_NODE_SOCKET` in containerd's environment (shims inherit
+//! it), else `/run/valet/node.sock`.
+//!
+//! Built on `containerd-shimkit`, the lower layer of runwasi's `containerd-shim-wasm` 1.x
+//! (its `Instance` trait and `shim_main`), not on `containerd-shim-wasm`'s `Shim`/`Sandbox`:
+//! that layer runs the module inside a youki container process after the root switch, where
+//! the node's device is out of reach (a second process cannot mount the store), and its
+//! `RuntimeContext` hides the container's id and annotations. Here the guest runs in the
+//! agent, confined by WebAssembly and by the store's tenants rather than by the container's
+//! namespaces and cgroup.
+//!
+//! Kubernetes' pod sandbox (the pause container, annotation
+//! `io.kubernetes.cri.container-type: sandbox`) runs nothing: it lives until it is killed,
+//! which is all a pause process does. Images whose module comes as an OCI wasm layer
+//! (`application/wasm`) are not read yet: the module must be a file in the image's rootfs,
+//! named by the entrypoint (`Entrypoint: ["/app.wasm"]`).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, Utc};
+use containerd_shimkit::sandbox::sync::WaitableCell;
+use containerd_shimkit::sandbox::{Error, Instance, InstanceConfig};
+use oci_spec::runtime::Spec;
+use valet_runtime::node::pod::PodConfig;
+use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
+
+/// Exit code when the agent failed the container after it started (as `valet-run`'s own
+/// failures).
+pub const EXIT_OURS: u32 = 125;
+/// Exit code when the agent went away while the guest ran (as a SIGKILL).
+pub const EXIT_AGENT_GONE: u32 = 137;
+
+/// The annotation CRI sets on a pod's sandbox (pause) container.
+const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+
+/// The agent's socket for this shim.
+pub fn socket_path() -> PathBuf {
+    std::env::var_os("VALET_NODE_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(proto::DEFAULT_SOCKET))
+}
+
+/// One container of the pod this shim serves.
+pub struct ValetInstance {
+    id: String,
+    /// The agent connection; `None` for a pod sandbox, which runs nothing.
+    conn: Option<UnixStream>,
+    exit: WaitableCell<(u32, DateTime<Utc>)>,
+    /// The container's stderr, for our own one-line messages.
+    stderr: Arc<Mutex<Option<File>>>,
+}
+
+impl ValetInstance {
+    fn say(&self, line: &str) {
+        say(&self.stderr, line);
+    }
+}
+
+/// Writes one line of ours to the container's stderr (and containerd's log).
+fn say(stderr: &Mutex<Option<File>>, line: &str) {
+    log::error!("{line}");
+    if let Some(f) = &*stderr.lock().unwrap_or_else(|p| p.into_inner()) {
+        let _ = writeln!(&*f, "valet: {line}");
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Instance for ValetInstance {
+    async fn new(id: String, cfg: &InstanceConfig) -> Result<Self, Error> {
+        let stderr = Arc::new(Mutex::new(cfg.open_stderr().ok()));
+        let instance = |conn| ValetInstance {
+            id: id.clone(),
+            conn,
+            exit: WaitableCell::new(),
+            stderr: stderr.clone(),
+        };
+        let spec = match Spec::load(cfg.bundle.join("config.json")) {
+            Ok(s) => s,
+            Err(e) => {
+                let line = format!("cannot read the container's OCI spec: {e}");
+                say(&stderr, &line);
+                return Err(Error::InvalidArgument(line));
+            }
+        };
+        let annotations: BTreeMap<String, String> = spec
+            .annotations()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if annotations.get(CONTAINER_TYPE).map(String::as_str) == Some("sandbox") {
+            return Ok(instance(None));
+        }
+        match create(&id, cfg, &spec, annotations) {
+            Ok(conn) => Ok(instance(Some(conn))),
+            Err(e) => {
+                let line = one_line(&e);
+                say(&stderr, &line);
+                Err(Error::InvalidArgument(line))
+            }
+        }
+    }
+
+    async fn start(&self) -> Result<u32, Error> {
+        let pid = std::process::id();
+        let Some(conn) = &self.conn else {
+            return Ok(pid);
+        };
+        let started = proto::send(conn, &ToAgent::Start, &[])
+            .map_err(anyhow::Error::from)
+            .and_then(|()| match proto::recv::<FromAgent>(conn)? {
+                Some((FromAgent::Started, _)) => Ok(()),
+                Some((FromAgent::Failed { message }, _)) => Err(anyhow!(message)),
+                Some((other, _)) => Err(anyhow!("the node agent answered {other:?} to start")),
+                None => Err(anyhow!("the node agent closed the connection")),
+            });
+        if let Err(e) = started {
+            let line = one_line(&e.context(format!("starting container {}", self.id)));
+            self.say(&line);
+            return Err(Error::Others(line));
+        }
+        let conn = conn.try_clone().map_err(Error::Stdio)?;
+        let exit = self.exit.clone();
+        let stderr = self.stderr.clone();
+        std::thread::Builder::new()
+            .name("valet-exit".into())
+            .spawn(move || {
+                let code = match proto::recv::<FromAgent>(&conn) {
+                    Ok(Some((FromAgent::Exited { code }, _))) => code as u32,
+                    Ok(Some((FromAgent::Failed { message }, _))) => {
+                        say(&stderr, &message);
+                        EXIT_OURS
+                    }
+                    Ok(Some((other, _))) => {
+                        say(&stderr, &format!("unexpected message from the node agent: {other:?}"));
+                        EXIT_OURS
+                    }
+                    Ok(None) | Err(_) => {
+                        say(
+                            &stderr,
+                            "the node agent went away; the guest was stopped (what it had synced is on the store)",
+                        );
+                        EXIT_AGENT_GONE
+                    }
+                };
+                let _ = exit.set((code, Utc::now()));
+                // Our copy of the fifo goes, so the reader sees the end of the stream.
+                stderr.lock().unwrap_or_else(|p| p.into_inner()).take();
+            })
+            .map_err(Error::Stdio)?;
+        Ok(pid)
+    }
+
+    async fn kill(&self, signal: u32) -> Result<(), Error> {
+        match &self.conn {
+            // The agent answers with the guest's exit (or has already gone: then the exit
+            // is set by the reader).
+            Some(conn) => {
+                let _ = proto::send(
+                    conn,
+                    &ToAgent::Kill {
+                        signal: signal as i32,
+                    },
+                    &[],
+                );
+            }
+            None => {
+                let _ = self.exit.set((128 + signal, Utc::now()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(&self) -> Result<(), Error> {
+        if let Some(conn) = &self.conn {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+        Ok(())
+    }
+
+    async fn wait(&self) -> (u32, DateTime<Utc>) {
+        *self.exit.wait().await
+    }
+}
+
+/// Reads what the container runs, checks it, and has the agent prepare it.
+fn create(
+    id: &str,
+    cfg: &InstanceConfig,
+    spec: &Spec,
+    annotations: BTreeMap<String, String>,
+) -> Result<UnixStream> {
+    // Checked here first, so the message needs no agent; the agent checks again.
+    PodConfig::from_annotations(id, &annotations)?;
+    let process = spec
+        .process()
+        .as_ref()
+        .context("the OCI spec has no process")?;
+    let args = process.args().clone().unwrap_or_default();
+    let Some(arg0) = args.first() else {
+        bail!("no process args: the first must be the module's path (e.g. /app.wasm)");
+    };
+    // runwasi's `path#function`: only `_start` is supported.
+    let module = match arg0.split_once('#') {
+        Some((path, "_start")) => path.to_string(),
+        Some((_, func)) => bail!("entry function {func:?}: only _start is supported"),
+        None => arg0.clone(),
+    };
+    let env = process
+        .env()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (kv, String::new()),
+        })
+        .collect();
+    let root = spec.root().as_ref().context("the OCI spec has no root")?;
+    let rootfs = if root.path().is_absolute() {
+        root.path().clone()
+    } else {
+        cfg.bundle.join(root.path())
+    };
+    let rootfs = File::open(&rootfs)
+        .with_context(|| format!("cannot open the rootfs {}", rootfs.display()))?;
+    let stdio = [
+        cfg.open_stdin().ok(),
+        cfg.open_stdout().ok(),
+        cfg.open_stderr().ok(),
+    ];
+    let socket = socket_path();
+    let conn = UnixStream::connect(&socket).with_context(|| {
+        format!(
+            "cannot reach the node agent at {} (is valet-run node running?)",
+            socket.display()
+        )
+    })?;
+    let request = ToAgent::Create(Create {
+        id: id.to_string(),
+        module,
+        args,
+        env,
+        annotations,
+        stdio: [stdio[0].is_some(), stdio[1].is_some(), stdio[2].is_some()],
+    });
+    proto::send(
+        &conn,
+        &request,
+        &valet_runtime::node::create_fds(&rootfs, &stdio),
+    )
+    .context("sending the container to the node agent")?;
+    match proto::recv::<FromAgent>(&conn).context("waiting for the node agent")? {
+        Some((FromAgent::Created, _)) => Ok(conn),
+        Some((FromAgent::Failed { message }, _)) => Err(anyhow!(message)),
+        Some((other, _)) => bail!("the node agent answered {other:?} to create"),
+        None => bail!("the node agent closed the connection while creating the container"),
+    }
+}

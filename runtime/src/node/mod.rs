@@ -1,0 +1,404 @@
+//! The node agent (`valet-run node`): one process per node owns the node's device and runs
+//! the guest of every Valet container on it, each container's pod a tenant of one store.
+//!
+//! Why one process: the store is the only writer of its device (it locks the image, owns
+//! the journal, the zone table, allocation and GC), and a second process mounting the same
+//! device is refused. So the device, its journal and its GC live in the agent, and every
+//! pod's guest runs there too, through the same code as `valet-run`'s tenants
+//! ([`crate::host::run`]: one engine, one WASI layer, group commit across pods): a pod's
+//! write is a function call into the store, with no round trip per write. The other
+//! direction weighed — the agent leasing zones to each pod's own process — needs the store
+//! split into a metadata service and a data path in every pod; the journal, GC and the
+//! inline small syncs all cross that line, so it is left for later.
+//!
+//! The containerd shim (`containerd-shim-valet-v1`, crate `valet-shim`) runs nothing
+//! itself: it reads the container's OCI spec and annotations, then hands the agent, over a
+//! Unix socket ([`proto`]), the module's path, args, env, the `valet.io/*` settings, the
+//! rootfs directory and stdio as open descriptors. The agent compiles the module (once per
+//! distinct module: compiled modules are kept in memory by digest, and on disk in
+//! wasmtime's cache, so a second pod of an image, or a restarted agent, does not compile
+//! again), and runs it with:
+//!
+//! - the pod's `valet.io/mounts` (default `/data`) as store directories of its tenant,
+//!   under its policy, within its quota ([`quota`]: ENOSPC past it);
+//! - the container's rootfs as an ordinary host directory at `/`;
+//! - the container's own stdin, stdout and stderr (the fifos containerd gave the shim), so
+//!   the guest writes straight to the container's log.
+//!
+//! Kill: the shim forwards containerd's signal and the guest stops at its next WASI call or
+//! epoch check ([`crate::host::Stop`]), ending with 128 + the signal. The shim dying (its
+//! connection closing) stops the guest the same way. Its open files are closed, so what it
+//! wrote is on the store, and what it synced was durable before the sync returned. The
+//! agent dying loses nothing acknowledged either: the store recovers from its journal at
+//! the next mount, and the shims of the pods it ran report the loss (exit 137, one line on
+//! the container's stderr).
+//!
+//! Isolation: a pod sees only its tenant's directories (the store refuses `..` out of a
+//! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
+//! is confined by WebAssembly, not by the container's namespaces or cgroup: its CPU and
+//! memory are the agent's (give the agent's DaemonSet the node's budget for Valet pods).
+
+pub mod pod;
+pub mod proto;
+pub mod quota;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail, Context, Result};
+use sha2::{Digest, Sha256};
+use valet_vfs::{FileKind, Ino, Store};
+use wasmtime::{Engine, Module};
+
+use crate::admin::{self, Registry};
+use crate::device::DeviceSpec;
+use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
+use pod::PodConfig;
+use proto::{Create, FromAgent, ToAgent};
+use quota::Quota;
+
+/// Native stack of each guest's main thread (as `valet-run`'s tenants).
+const GUEST_STACK: usize = 8 << 20;
+/// Compiled modules kept in memory; past this the cache starts over (wasmtime's disk cache
+/// still spares the compilation).
+const MAX_MODULES: usize = 64;
+
+/// How the agent is started.
+pub struct NodeConfig {
+    pub device: DeviceSpec,
+    /// The Unix socket shims connect to.
+    pub socket: PathBuf,
+    /// Serve the admin API here too (upload policies that pods then name).
+    pub admin: Option<String>,
+}
+
+/// The agent's shared state.
+pub struct Agent {
+    engine: Engine,
+    store: Store,
+    registry: Arc<Registry>,
+    modules: Mutex<HashMap<[u8; 32], Module>>,
+    quotas: Mutex<HashMap<String, Arc<Quota>>>,
+}
+
+/// Mounts the device and serves shims until the process is killed.
+pub fn serve(config: NodeConfig) -> Result<()> {
+    let engine = host::engine()?;
+    let store = config.device.mount()?;
+    let registry = Registry::with_builtins(
+        store.clone(),
+        Registry::streams_for(&store),
+        crate::policy::Limits::default(),
+    )?;
+    if let Some(addr) = &config.admin {
+        let addr = admin::AdminAddr::parse(addr)?;
+        let server = admin::start(
+            &addr,
+            &config.device.dir.join("admin.token"),
+            registry.clone(),
+        )?;
+        eprintln!("valet-run node: admin API on {}", server.addr);
+    }
+    let listener = bind(&config.socket)?;
+    eprintln!(
+        "valet-run node: serving pods on {} (store {})",
+        config.socket.display(),
+        config.device.dir.display()
+    );
+    let agent = Arc::new(Agent {
+        engine,
+        store,
+        registry,
+        modules: Mutex::default(),
+        quotas: Mutex::default(),
+    });
+    for conn in listener.incoming() {
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("valet-run node: accepting a shim: {e}");
+                continue;
+            }
+        };
+        let agent = agent.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pod".into())
+            .spawn(move || agent.serve_container(conn));
+        if let Err(e) = spawned {
+            eprintln!("valet-run node: cannot start a thread for a container: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Listens on `path`, replacing a socket file no agent answers on (left by a killed one).
+fn bind(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("another node agent is serving on {}", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    // Only root (containerd's shims) may ask the agent to run anything.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// A container ready to start.
+struct Prepared {
+    module: Module,
+    spec: GuestSpec,
+}
+
+impl Agent {
+    /// One container's conversation (see [`proto`]).
+    fn serve_container(self: Arc<Self>, conn: UnixStream) {
+        let (create, fds) = match proto::recv::<ToAgent>(&conn) {
+            Ok(Some((ToAgent::Create(c), fds))) => (c, fds),
+            Ok(Some(other)) => {
+                reply(
+                    &conn,
+                    &failed(anyhow!("expected Create first, got {other:?}")),
+                );
+                return;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                reply(&conn, &failed(anyhow!("reading the shim's request: {e}")));
+                return;
+            }
+        };
+        let id = create.id.clone();
+        let mut prepared = match self.prepare(create, fds) {
+            Ok(p) => p,
+            Err(e) => {
+                reply(&conn, &failed(e.context(format!("container {id}"))));
+                return;
+            }
+        };
+        if !reply(&conn, &FromAgent::Created) {
+            return;
+        }
+        match proto::recv::<ToAgent>(&conn) {
+            Ok(Some((ToAgent::Start, _))) => {}
+            // Killed or deleted before it started: nothing ran.
+            Ok(Some((ToAgent::Kill { signal }, _))) => {
+                reply(&conn, &FromAgent::Exited { code: 128 + signal });
+                return;
+            }
+            _ => return,
+        }
+        let stop = Arc::new(Stop::default());
+        prepared.spec.stop = Some(stop.clone());
+        let out = match conn.try_clone() {
+            Ok(c) => c,
+            Err(e) => {
+                reply(&conn, &failed(anyhow!("container {id}: {e}")));
+                return;
+            }
+        };
+        let agent = self.clone();
+        let guest = std::thread::Builder::new()
+            .name(format!("guest-{id}"))
+            .stack_size(GUEST_STACK)
+            .spawn(move || agent.run_guest(prepared, &out));
+        let guest = match guest {
+            Ok(g) => g,
+            Err(e) => {
+                reply(&conn, &failed(anyhow!("container {id}: no thread: {e}")));
+                return;
+            }
+        };
+        // Kills until the shim hangs up; a hang-up is a kill too (the shim died, or the
+        // container was deleted).
+        loop {
+            match proto::recv::<ToAgent>(&conn) {
+                Ok(Some((ToAgent::Kill { signal }, _))) => stop.stop(signal),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    stop.stop(libc::SIGKILL);
+                    break;
+                }
+            }
+        }
+        guest.join().ok();
+    }
+
+    /// Runs the guest and tells the shim how it ended.
+    fn run_guest(&self, prepared: Prepared, out: &UnixStream) {
+        if !reply(out, &FromAgent::Started) {
+            if let Some(stop) = &prepared.spec.stop {
+                stop.stop(libc::SIGKILL);
+            }
+        }
+        let exit = host::run(&self.engine, &prepared.module, &prepared.spec, &self.store);
+        let msg = match exit {
+            Ok(GuestExit::Code(code)) => FromAgent::Exited { code },
+            Ok(GuestExit::Trap(trap)) => {
+                // The trap goes where the guest's own stderr goes.
+                let text = format!("valet: guest trapped: {trap}\n");
+                match &prepared.spec.stdio[2] {
+                    Some(err) => {
+                        use std::io::Write;
+                        (&**err).write_all(text.as_bytes()).ok();
+                    }
+                    None => eprint!("{text}"),
+                }
+                FromAgent::Exited {
+                    code: crate::tenants::EXIT_TRAP as i32,
+                }
+            }
+            Err(e) => failed(e),
+        };
+        reply(out, &msg);
+    }
+
+    /// Checks a container's request and makes everything it needs: its tenant, policy,
+    /// quota, store directories, compiled module, rootfs and stdio.
+    fn prepare(&self, req: Create, fds: Vec<OwnedFd>) -> Result<Prepared> {
+        let config = PodConfig::from_annotations(&req.id, &req.annotations)?;
+        let mut fds = fds.into_iter();
+        let rootfs = fds.next().context("the shim sent no rootfs descriptor")?;
+        let mut stdio: [Option<Arc<File>>; 3] = [None, None, None];
+        for (slot, present) in stdio.iter_mut().zip(req.stdio) {
+            if present {
+                let fd = fds
+                    .next()
+                    .context("the shim sent too few stdio descriptors")?;
+                *slot = Some(Arc::new(File::from(fd)));
+            }
+        }
+        let rootfs = cap_std::fs::Dir::from_std_file(File::from(rootfs));
+        // A policy is named, never a file: pods must not make the agent read host paths.
+        self.registry.module(&config.policy).map_err(|_| {
+            anyhow!(
+                "annotation {}={:?}: no such policy in the node agent (built-ins, or upload one)",
+                pod::POLICY,
+                config.policy
+            )
+        })?;
+        self.registry.activate(&config.tenant, &config.policy)?;
+        let (_, root) = self.store.tenant(&config.tenant)?;
+        let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
+            Some(limit) => Some(self.quota(&config.tenant, root, limit)),
+            None => None,
+        };
+        let module = self.module(&rootfs, &req.module)?;
+        let mut preopens = Vec::new();
+        for mount in &config.mounts {
+            let ino = mkdirs(&self.store, root, mount)
+                .with_context(|| format!("making {mount} on the store"))?;
+            preopens.push(Preopen::Store {
+                ino,
+                guest_path: mount.clone(),
+            });
+        }
+        preopens.push(Preopen::HostDir {
+            dir: Arc::new(rootfs),
+            guest_path: "/".into(),
+        });
+        let spec = GuestSpec {
+            args: req.args,
+            env: req.env,
+            preopens,
+            stdio,
+            space_limit,
+            ..GuestSpec::default()
+        };
+        Ok(Prepared { module, spec })
+    }
+
+    /// The tenant's quota (one per tenant, shared by its pods; the latest limit holds).
+    fn quota(&self, tenant: &str, root: Ino, limit: u64) -> Arc<Quota> {
+        let mut quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        let q = quotas
+            .entry(tenant.to_string())
+            .or_insert_with(|| Arc::new(Quota::new(self.store.clone(), root, limit)));
+        q.set_limit(limit);
+        q.clone()
+    }
+
+    /// The compiled module at `path` in the rootfs, compiled once per distinct content.
+    fn module(&self, rootfs: &cap_std::fs::Dir, path: &str) -> Result<Module> {
+        let rel = path.trim_start_matches('/');
+        if rel.is_empty() {
+            bail!("no module: the container's first argument must be the .wasm file's path");
+        }
+        let bytes = rootfs
+            .read(rel)
+            .with_context(|| format!("cannot read the module {path} in the container's rootfs"))?;
+        let key: [u8; 32] = Sha256::digest(&bytes).into();
+        if let Some(m) = self
+            .modules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(m.clone());
+        }
+        let module = Module::new(&self.engine, &bytes)
+            .map_err(|e| anyhow!("{path}: not a valid WebAssembly module: {e:#}"))?;
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        if modules.len() >= MAX_MODULES {
+            modules.clear();
+        }
+        modules.insert(key, module.clone());
+        Ok(module)
+    }
+}
+
+/// The store directory for guest path `mount` under a tenant's root (`/var/log` is
+/// `var/log`), made if missing.
+fn mkdirs(store: &Store, root: Ino, mount: &str) -> Result<Ino> {
+    let mut dir = root;
+    for part in mount.split('/').filter(|p| !p.is_empty()) {
+        dir = match store.lookup(dir, part) {
+            Ok(ino) => ino,
+            // Another pod of the tenant may make it at the same moment.
+            Err(_) => match store.create_dir(dir, part) {
+                Ok(ino) => ino,
+                Err(e) => store.lookup(dir, part).map_err(|_| e)?,
+            },
+        };
+        if store.metadata(dir)?.kind != FileKind::Dir {
+            bail!("{part} exists on the store and is not a directory");
+        }
+    }
+    Ok(dir)
+}
+
+fn failed(e: anyhow::Error) -> FromAgent {
+    let words: Vec<String> = format!("{e:#}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    FromAgent::Failed {
+        message: words.join(" "),
+    }
+}
+
+/// Sends a reply; false when the shim is gone.
+fn reply(conn: &UnixStream, msg: &FromAgent) -> bool {
+    proto::send(conn, msg, &[]).is_ok()
+}
+
+/// The descriptors a shim sends with its request, in order (see [`proto::Create`]).
+pub fn create_fds<'a>(
+    rootfs: &'a File,
+    stdio: &'a [Option<File>; 3],
+) -> Vec<std::os::fd::BorrowedFd<'a>> {
+    std::iter::once(rootfs.as_fd())
+        .chain(stdio.iter().flatten().map(|f| f.as_fd()))
+        .collect()
+}

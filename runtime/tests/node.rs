@@ -1,0 +1,302 @@
+//! The node agent without containerd: this test plays the shim's part of the protocol
+//! (`valet_runtime::node::proto`) against an agent serving in-process, so the agent's
+//! behaviour is checked on any machine (the containerd tests in `runtime/shim/tests` need
+//! root and containerd).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use valet_runtime::device::DeviceSpec;
+use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
+use valet_runtime::node::{self, NodeConfig};
+use valet_vfs::device::{Geometry, IoMode};
+
+const RECORD: usize = 430;
+
+/// One agent for the whole test binary (the store allows one mount per device), and a
+/// rootfs holding the pod_writer guest.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    rootfs: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("node.sock");
+        let rootfs = dir.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+        std::fs::copy(valet_guests::POD_WRITER, rootfs.join("app.wasm")).unwrap();
+        std::fs::write(rootfs.join("etc/motd"), "from the rootfs\n").unwrap();
+        let mut geometry = Geometry::EMBEDDED_DEFAULT;
+        geometry.zone_size = 16 << 20;
+        geometry.zone_capacity = 12 << 20;
+        geometry.zone_count = 64;
+        let config = NodeConfig {
+            device: DeviceSpec {
+                dir: dir.path().join("store"),
+                zonefs: None,
+                zonefs_capacity: None,
+                geometry,
+                io: IoMode::Auto,
+            },
+            socket: socket.clone(),
+            admin: None,
+        };
+        std::thread::spawn(move || node::serve(config).expect("the agent"));
+        let start = Instant::now();
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the agent did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Fixture {
+            _dir: dir,
+            socket,
+            rootfs,
+        }
+    })
+}
+
+/// A pipe: (read end, write end).
+fn pipe() -> (File, File) {
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe {
+        (
+            File::from(OwnedFd::from_raw_fd(fds[0])),
+            File::from(OwnedFd::from_raw_fd(fds[1])),
+        )
+    }
+}
+
+/// A container as the shim drives it.
+struct Pod {
+    conn: UnixStream,
+    stdout: std::thread::JoinHandle<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+fn reader(mut f: File) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        f.read_to_string(&mut s).ok();
+        s
+    })
+}
+
+/// Sends Create; the agent's answer is returned with the pod.
+fn create(id: &str, annotations: &[(&str, &str)], args: &[&str]) -> (Pod, FromAgent) {
+    let f = fixture();
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let (out_r, out_w) = pipe();
+    let (err_r, err_w) = pipe();
+    let annotations: BTreeMap<String, String> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let request = ToAgent::Create(Create {
+        id: id.into(),
+        module: "/app.wasm".into(),
+        args: std::iter::once("/app.wasm")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect(),
+        env: vec![("POD_EXIT".into(), "0".into())],
+        annotations,
+        stdio: [false, true, true],
+    });
+    let stdio = [None, Some(out_w), Some(err_w)];
+    proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
+    drop(stdio);
+    let (answer, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    let pod = Pod {
+        conn,
+        stdout: reader(out_r),
+        stderr: reader(err_r),
+    };
+    (pod, answer)
+}
+
+impl Pod {
+    fn start(&self) {
+        proto::send(&self.conn, &ToAgent::Start, &[]).unwrap();
+        let (m, _) = proto::recv::<FromAgent>(&self.conn).unwrap().unwrap();
+        assert_eq!(m, FromAgent::Started);
+    }
+
+    /// Waits for the exit; returns it with the pod's stdout and stderr.
+    fn wait(self) -> (FromAgent, String, String) {
+        let (m, _) = proto::recv::<FromAgent>(&self.conn).unwrap().unwrap();
+        drop(self.conn);
+        (m, self.stdout.join().unwrap(), self.stderr.join().unwrap())
+    }
+}
+
+fn acked(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ack "))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
+#[test]
+fn pods_run_at_once_with_their_own_stdio_and_exit_codes() {
+    let (a, ca) = create(
+        "a",
+        &[("valet.io/tenant", "na")],
+        &["wa", "/data", "200", "430"],
+    );
+    let (b, cb) = create(
+        "b",
+        &[("valet.io/tenant", "nb"), ("valet.io/policy", "rocks")],
+        &["wb", "/data", "200", "430"],
+    );
+    assert_eq!((ca, cb), (FromAgent::Created, FromAgent::Created));
+    a.start();
+    b.start();
+    let (ea, out_a, err_a) = a.wait();
+    let (eb, out_b, _) = b.wait();
+    assert_eq!(ea, FromAgent::Exited { code: 0 }, "{out_a}\n{err_a}");
+    assert_eq!(eb, FromAgent::Exited { code: 0 }, "{out_b}");
+    assert!(
+        out_a.contains("ok 200") && out_a.contains("motd from the rootfs"),
+        "{out_a}"
+    );
+    assert!(out_b.contains("ok 200"), "{out_b}");
+    // Each pod's stdout carries only its own lines.
+    assert_eq!(out_a.lines().filter(|l| l.starts_with("ack")).count(), 200);
+}
+
+#[test]
+fn a_pod_over_its_quota_gets_enospc_while_another_keeps_writing() {
+    let (q, cq) = create(
+        "q",
+        &[("valet.io/tenant", "nq"), ("valet.io/quota", "32KiB")],
+        &["wq", "/data", "1000", "430"],
+    );
+    let (w, cw) = create(
+        "w",
+        &[("valet.io/tenant", "nw")],
+        &["ww", "/data", "300", "430"],
+    );
+    assert_eq!((cq, cw), (FromAgent::Created, FromAgent::Created));
+    q.start();
+    w.start();
+    let (eq, out_q, _) = q.wait();
+    let (ew, out_w, _) = w.wait();
+    assert_eq!(eq, FromAgent::Exited { code: 4 }, "{out_q}");
+    let n = acked(&out_q);
+    assert!(out_q.contains(&format!("enospc {n}")), "{out_q}");
+    assert!(
+        n > 0 && n * RECORD as u64 <= 32 << 10,
+        "{n} records under 32 KiB"
+    );
+    assert_eq!(ew, FromAgent::Exited { code: 0 }, "{out_w}");
+    assert!(out_w.contains("ok 300"), "{out_w}");
+}
+
+#[test]
+fn bad_requests_fail_at_create_with_one_line() {
+    for (annotations, says) in [
+        (
+            vec![("valet.io/quota", "12X")],
+            "valet.io/quota=\"12X\": unknown unit",
+        ),
+        (vec![("valet.io/policy", "nosuch")], "no such policy"),
+        (vec![("valet.io/mounts", "data")], "not an absolute path"),
+    ] {
+        let (_pod, answer) = create("bad", &annotations, &["w", "/data", "1", "430"]);
+        match answer {
+            FromAgent::Failed { message } => {
+                assert!(message.contains(says), "{message}");
+                assert!(!message.contains('\n'));
+            }
+            other => panic!("{annotations:?}: {other:?}"),
+        }
+    }
+    // A module that is not WebAssembly.
+    let f = fixture();
+    std::fs::write(f.rootfs.join("bad.wasm"), b"not wasm").unwrap();
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let request = ToAgent::Create(Create {
+        id: "badmod".into(),
+        module: "/bad.wasm".into(),
+        args: vec!["/bad.wasm".into()],
+        env: vec![],
+        annotations: BTreeMap::new(),
+        stdio: [false, false, false],
+    });
+    proto::send(
+        &conn,
+        &request,
+        &node::create_fds(&rootfs, &[None, None, None]),
+    )
+    .unwrap();
+    let (answer, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert!(
+        matches!(&answer, FromAgent::Failed { message } if message.contains("not a valid WebAssembly module")),
+        "{answer:?}"
+    );
+}
+
+#[test]
+fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
+    // Killed: exit 128 + 9, promptly.
+    let (p, c) = create(
+        "k",
+        &[("valet.io/tenant", "nk")],
+        &["wk", "/data", "0", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
+    let (e, out, _) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 137 });
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    let n = acked(&out);
+    assert!(n > 0, "{out}");
+    // A second run of the tenant finds every acknowledged record intact and goes on.
+    let (p, _) = create(
+        "k2",
+        &[("valet.io/tenant", "nk")],
+        &["wk", "/data", &(n + 5).to_string(), "430"],
+    );
+    p.start();
+    let (e, out2, err2) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out2}\n{err2}");
+    assert!(out2.lines().any(|l| l.starts_with("ok ")), "{out2}");
+
+    // The shim vanishes: the guest is stopped (its stdout reaches end of file).
+    let (p, _) = create(
+        "v",
+        &[("valet.io/tenant", "nv")],
+        &["wv", "/data", "0", "430"],
+    );
+    p.start();
+    std::thread::sleep(Duration::from_millis(200));
+    let Pod { conn, stdout, .. } = p;
+    drop(conn);
+    let out = stdout.join().unwrap();
+    assert!(acked(&out) > 0, "{out}");
+}
