@@ -30,6 +30,7 @@ fn deep_fsck_finds_a_block_damaged_after_it_was_written() {
         dir: tmp.path().to_path_buf(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry: Geometry {
             zone_count: 8,
             zone_size: 4 << 20,

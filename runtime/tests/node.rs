@@ -45,6 +45,7 @@ fn fixture() -> &'static Fixture {
                 dir: dir.path().join("store"),
                 zonefs: None,
                 zonefs_capacity: None,
+                fdp: None,
                 geometry,
                 io: IoMode::Auto,
             },

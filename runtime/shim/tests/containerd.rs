@@ -124,6 +124,7 @@ fn device(dir: &Path) -> DeviceSpec {
         dir: dir.to_path_buf(),
         zonefs: None,
         zonefs_capacity: None,
+        fdp: None,
         geometry,
         io: IoMode::Auto,
     }
