@@ -108,10 +108,13 @@ fn parse(stdout: &str) -> Vec<Bench> {
                 .and_then(|(_, r)| r.split_once(" ops/sec"))
                 .and_then(|(ops, _)| ops.trim().parse::<f64>().ok())
             {
+                // Percentiles stay unknown (NaN) until a histogram follows.
                 out.push(Bench {
                     name: name.trim().to_string(),
                     ops,
-                    ..Bench::default()
+                    p50: f64::NAN,
+                    p99: f64::NAN,
+                    p9999: f64::NAN,
                 });
                 want_percentiles = true;
                 continue;
