@@ -105,6 +105,11 @@ impl Reclaimer {
 
 fn run(store: Store) {
     let reclaimer = &store.shared.reclaimer;
+    // The configuration never changes after mount.
+    let share = match store.lock() {
+        Ok(inner) => inner.config.gc_share_percent.clamp(1, 100) as u32,
+        Err(_) => return,
+    };
     while reclaimer.wait_for_work() {
         loop {
             let started = Instant::now();
@@ -117,7 +122,6 @@ fn run(store: Store) {
             if !progress {
                 break;
             }
-            let share = store.config_gc_share().clamp(1, 100) as u32;
             let rest = started.elapsed() * (100 - share) / share;
             if !reclaimer.rest(rest) {
                 return;
@@ -151,10 +155,5 @@ impl Store {
             self.lock()?.counters.gc_background_passes += 1;
         }
         Ok(moved)
-    }
-
-    fn config_gc_share(&self) -> u8 {
-        self.lock()
-            .map_or(100, |inner| inner.config.gc_share_percent)
     }
 }
