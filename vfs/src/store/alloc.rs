@@ -163,6 +163,9 @@ impl Inner {
         if !for_gc && self.gc_victim(1).is_some() {
             return Ok(Err(Need::Collect));
         }
+        if !for_gc && patient && self.victim_in_use() {
+            return Ok(Err(Need::InFlight));
+        }
         if self.retire_empty_heads() {
             return Ok(Err(Need::Commit));
         }

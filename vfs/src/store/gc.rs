@@ -36,8 +36,12 @@ fn maps(inner: &Inner, ino: Ino, file_block: u64, ext: Extent) -> bool {
 }
 
 impl Inner {
-    /// Sealed data zones that GC may collect, with their valid blocks.
-    fn sealed_zones(&self) -> Vec<(ZoneId, u64)> {
+    /// Sealed data zones that GC may collect, with their valid blocks. A pinned zone is not
+    /// one of them: a writer pins the zone it writes until its extent is recorded, so a
+    /// zone written to the end may still have blocks about to become valid. A pass that
+    /// took them for dead would leave its victim in use after moving the rest, having
+    /// spent GC's reserve and freed nothing. (No writer pins a sealed zone anew.)
+    fn sealed_zones(&self, with_pinned: bool) -> Vec<(ZoneId, u64)> {
         let cap = self.state.geometry.blocks_per_zone();
         let heads: Vec<ZoneId> = self.heads.values().map(|h| h.zone).collect();
         (0..self.state.geometry.zone_count)
@@ -45,6 +49,7 @@ impl Inner {
             .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
             .filter(|z| !self.damaged.contains(z) && self.collecting != Some(*z))
             .filter(|z| self.wp[*z as usize] >= cap && self.written[*z as usize] >= cap)
+            .filter(|z| with_pinned || self.pins[*z as usize].load(Ordering::Acquire) == 0)
             .map(|z| (z, self.state.zones.valid_blocks(z) as u64))
             .collect()
     }
@@ -54,8 +59,18 @@ impl Inner {
     /// zone's worth of dead blocks (else no amount of moving frees a zone, and collecting
     /// would only churn).
     pub(super) fn gc_victim(&self, min_gain: u64) -> Option<ZoneId> {
+        self.victim_among(min_gain, false)
+    }
+
+    /// Whether a victim would be there once the zones in use now are let go (the moment a
+    /// writer records its extent or a reader is done): worth waiting for, not ENOSPC.
+    pub(super) fn victim_in_use(&self) -> bool {
+        self.gc_victim(1).is_none() && self.victim_among(1, true).is_some()
+    }
+
+    fn victim_among(&self, min_gain: u64, with_pinned: bool) -> Option<ZoneId> {
         let cap = self.state.geometry.blocks_per_zone();
-        let sealed = self.sealed_zones();
+        let sealed = self.sealed_zones(with_pinned);
         let dead: u64 = sealed.iter().map(|&(_, valid)| cap - valid).sum();
         if dead < cap {
             return None;
@@ -89,7 +104,7 @@ impl Store {
     /// free an eighth of a zone or more. Returns false when there is nothing worth
     /// collecting.
     pub(super) fn collect(&self, eager: bool) -> Result<bool> {
-        let (victim, key, hint, moving) = {
+        let (victim, key, hint) = {
             let mut inner = self.lock()?;
             // One pass at a time: passes at once would each take GC's reserve of free
             // zones for their copies. An allocation that finds one running waits for it.
@@ -108,15 +123,6 @@ impl Store {
             let Some(ZoneUse::Data(key)) = inner.state.zones.owner[victim as usize] else {
                 return Ok(false);
             };
-            let mut moving: Vec<(Ino, u64, Extent)> = Vec::new();
-            for (&ino, inode) in &inner.state.inodes {
-                for (file_block, ext) in inode.extents.iter() {
-                    if ext.zone == victim {
-                        moving.push((ino, file_block, ext));
-                    }
-                }
-            }
-            moving.sort_by_key(|(_, _, e)| e.block);
             // Moved data joins the stream's current group, so that the next write of the
             // stream does not take it for a group change and seal the zone it just filled.
             let group = inner
@@ -130,9 +136,9 @@ impl Store {
                 ..Hint::zoned(key.stream)
             };
             inner.collecting = Some(victim);
-            (victim, key, hint, moving)
+            (victim, key, hint)
         };
-        let moved = self.move_extents(victim, key, &hint, moving);
+        let moved = self.empty_victim(victim, key, &hint);
         if let Ok(mut inner) = self.lock() {
             inner.collecting = None;
         }
@@ -141,13 +147,50 @@ impl Store {
         Ok(true)
     }
 
+    /// Moves the victim's valid extents until none is left. A file overwritten while its
+    /// extent is copied keeps its new data, and what is left of the old extent (a part not
+    /// overwritten) is still in the victim: the next round moves it. Had a pass stopped
+    /// with data left, it would have spent room and freed no zone: on a nearly full device,
+    /// that is how the GC reserve runs out.
+    fn empty_victim(
+        &self,
+        victim: ZoneId,
+        key: super::zone_map::StreamKey,
+        hint: &Hint,
+    ) -> Result<()> {
+        // No writer adds to a sealed zone, so each round has less to do unless the
+        // application overwrites exactly what is being copied, round after round; the
+        // bound keeps such a pass from running forever (the zone is simply chosen again).
+        const ROUNDS: usize = 8;
+        for _ in 0..ROUNDS {
+            let moving = {
+                let inner = self.lock()?;
+                let mut moving: Vec<(Ino, u64, Extent)> = Vec::new();
+                for (&ino, inode) in &inner.state.inodes {
+                    for (file_block, ext) in inode.extents.iter() {
+                        if ext.zone == victim {
+                            moving.push((ino, file_block, ext));
+                        }
+                    }
+                }
+                moving
+            };
+            if moving.is_empty() || !self.move_extents(victim, key, hint, moving)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `moving` out of the victim; false if the pass must end (a checksum mismatch).
     fn move_extents(
         &self,
         victim: ZoneId,
         key: super::zone_map::StreamKey,
         hint: &Hint,
-        moving: Vec<(Ino, u64, Extent)>,
-    ) -> Result<()> {
+        mut moving: Vec<(Ino, u64, Extent)>,
+    ) -> Result<bool> {
+        moving.sort_by_key(|(_, _, e)| e.block);
         let bs = self.shared.device.geometry().block_size as u64;
         for (ino, file_block, ext) in moving {
             // Read with the victim pinned (not reset under the reader), and only while the
@@ -169,7 +212,7 @@ impl Store {
                     inner.damaged.insert(victim);
                     inner.counters.checksum_failures += 1;
                     inner.counters.last_checksum_failure = Some(mismatch.to_string());
-                    return Ok(());
+                    return Ok(false);
                 }
             };
             let mut done = 0u32;
@@ -212,6 +255,6 @@ impl Store {
                 done += r.blocks;
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
