@@ -335,7 +335,7 @@ fn native_db_bench(
         let obj = object_path(&obj_dir, source, ours, src);
         if !fresh(&obj, src) {
             let mut command = Command::new("nice");
-            command.args(["-n", "10", CLANG]).args(&flags).arg("-w");
+            command.args(["-n", "5", CLANG]).args(&flags).arg("-w");
             jobs.push((command, src.clone(), obj));
         }
     }
