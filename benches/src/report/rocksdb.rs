@@ -3,6 +3,11 @@
 //! wasi-threads (the last stock CLI that runs them; 47 removed them) where one is installed,
 //! and RocksDB built natively from the same source where the guest build made one.
 //!
+//! Then the paper's experiment (issue 14, point 4): RocksDB fills a small store to about 80 %
+//! of its capacity and overwrites its keys twice (several device-fulls of writes), then reads
+//! while writing, under `rocks`, `default` and `one-stream`: WAF, GC bytes moved, sustained
+//! write ops/s and read P99.99 while compaction and GC run.
+//!
 //! `report rocksdb [--scale small|full] [--out DIR]` runs only this section and writes
 //! `DIR/rocksdb.md`; the full report runs it too.
 
@@ -97,10 +102,13 @@ fn args(scale: Scale, sync: bool, data: &str) -> Vec<String> {
 }
 
 /// The benchmarks of db_bench's output: each `name : X micros/op Y ops/sec ...` line and the
-/// first `Percentiles:` line after it.
+/// histogram after it: the reads' where there is one (`readwhilewriting` has reads and
+/// writes, in no fixed order), else the first.
 fn parse(stdout: &str) -> Vec<Bench> {
     let mut out: Vec<Bench> = Vec::new();
-    let mut want_percentiles = false;
+    // Whether the last benchmark has percentiles yet, and which histogram follows.
+    let mut have_percentiles = true;
+    let mut op = "";
     for line in stdout.lines() {
         if let Some((name, rest)) = line.split_once(" : ") {
             if let Some(ops) = rest
@@ -116,23 +124,29 @@ fn parse(stdout: &str) -> Vec<Bench> {
                     p99: f64::NAN,
                     p9999: f64::NAN,
                 });
-                want_percentiles = true;
+                have_percentiles = false;
+                op = "";
                 continue;
             }
         }
-        if want_percentiles {
-            if let Some(rest) = line.strip_prefix("Percentiles: ") {
-                let value = |key: &str| {
-                    rest.split_once(key)
-                        .and_then(|(_, v)| v.split_whitespace().next()?.parse().ok())
-                        .unwrap_or(f64::NAN)
-                };
-                let last = out.last_mut().unwrap();
-                last.p50 = value("P50: ");
-                last.p99 = value("P99: ");
-                last.p9999 = value("P99.99: ");
-                want_percentiles = false;
+        if let Some(rest) = line.strip_prefix("Microseconds per ") {
+            op = rest.trim_end_matches(':');
+        } else if let Some(rest) = line.strip_prefix("Percentiles: ") {
+            let Some(last) = out.last_mut() else {
+                continue;
+            };
+            if have_percentiles && op != "read" {
+                continue;
             }
+            let value = |key: &str| {
+                rest.split_once(key)
+                    .and_then(|(_, v)| v.split_whitespace().next()?.parse().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            last.p50 = value("P50: ");
+            last.p99 = value("P99: ");
+            last.p9999 = value("P99.99: ");
+            have_percentiles = true;
         }
     }
     out
@@ -244,7 +258,8 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
     }
 }
 
-/// Runs every setup (both sync modes) and returns the section's markdown.
+/// Runs every setup (both sync modes), then the fill experiment, and returns the section's
+/// markdown.
 pub fn section(runner: &Runner, scale: Scale) -> String {
     let mut runs = Vec::new();
     for sync in [false, true] {
@@ -257,7 +272,165 @@ pub fn section(runner: &Runner, scale: Scale) -> String {
             runs.push(one(runner, scale, setup, sync));
         }
     }
-    markdown(scale, &runs)
+    let mut md = markdown(scale, &runs);
+    let fills: Vec<(&str, FillResult)> = FILL_POLICIES
+        .iter()
+        .map(|&policy| {
+            eprintln!("report: rocksdb fill experiment under valet-run --policy {policy}");
+            (policy, fill_run(runner, scale, policy))
+        })
+        .collect();
+    md.push('\n');
+    md.push_str(&fill_markdown(scale, &fills));
+    md
+}
+
+/// Policies the fill experiment compares.
+const FILL_POLICIES: [&str; 3] = ["rocks", "default", "one-stream"];
+
+/// Zone size of the fill experiment's device: small zones, so that a few minutes of RocksDB
+/// fill dozens of them.
+const FILL_ZONE_MIB: u64 = 4;
+
+/// (zones, keys) of the fill experiment: RocksDB's files peak at about 80 % of the device's
+/// capacity (3 MiB a zone) with this many 420-byte entries.
+fn fill_shape(scale: Scale) -> (u32, u64) {
+    match scale {
+        Scale::Small => (52, 150_000),
+        Scale::Full => (260, 750_000),
+    }
+}
+
+/// db_bench's arguments for the fill experiment: fill, overwrite every key twice, then read
+/// while one thread keeps writing. Levels scaled down (16 MiB level 1, 2 MiB tables) so the
+/// small tree has the shape of a big one: several levels, compactions all the time.
+fn fill_args(scale: Scale, data: &str) -> Vec<String> {
+    let (_, num) = fill_shape(scale);
+    [
+        format!("--db={data}/db"),
+        "--benchmarks=fillrandom,overwrite,overwrite,readwhilewriting".into(),
+        format!("--num={num}"),
+        format!("--reads={}", num / 8),
+        "--key_size=20".into(),
+        "--value_size=400".into(),
+        "--compression_type=none".into(),
+        "--write_buffer_size=4194304".into(),
+        "--target_file_size_base=2097152".into(),
+        "--max_bytes_for_level_base=16777216".into(),
+        "--histogram=1".into(),
+        "--seed=1".into(),
+    ]
+    .to_vec()
+}
+
+type FillResult = Result<(Vec<Bench>, Stats, Duration), String>;
+
+/// One fill experiment run under `valet-run --policy policy` on a fresh device.
+fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
+    let wasm = valet_guests::wasm(GUEST).ok_or("guest rocksdb not built")?;
+    let dir = tempfile::Builder::new()
+        .prefix("rocksdb-fill-")
+        .tempdir_in(&runner.work)
+        .map_err(|e| e.to_string())?;
+    let stats_path = dir.path().join("stats.json");
+    let (zones, _) = fill_shape(scale);
+    let mut cmd = Command::new(&runner.valet_run);
+    cmd.arg("--device")
+        .arg(dir.path().join("device"))
+        .args(["--zone-size", &FILL_ZONE_MIB.to_string()])
+        .args(["--zones", &zones.to_string()])
+        .arg("--stats-json")
+        .arg(&stats_path)
+        .args(["--policy", policy])
+        .arg(wasm)
+        .arg("--")
+        .args(fill_args(scale, MOUNT));
+    let start = Instant::now();
+    let (code, stdout, stderr) = run_command(cmd, runner.timeout)?;
+    let wall = start.elapsed();
+    if code != 0 {
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message");
+        return Err(format!("exit {code}: {}", last.trim()));
+    }
+    let stats: Stats = std::fs::read_to_string(&stats_path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .ok_or("no --stats-json output")?;
+    let benches = parse(&stdout);
+    if benches.len() < 4 {
+        return Err(format!(
+            "{} of 4 benchmark lines in db_bench's output",
+            benches.len()
+        ));
+    }
+    Ok((benches, stats, wall))
+}
+
+fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
+    let mut md = String::new();
+    let (zones, num) = fill_shape(scale);
+    let capacity = |s: &Stats| s.zones as f64 * s.zone_capacity as f64;
+    let _ = writeln!(
+        md,
+        "### RocksDB filling the store (`--scale {}`)\n\nThe paper's experiment: {zones} zones \
+         of {FILL_ZONE_MIB} MiB ({} MiB of capacity), {num} keys of 20 + 400 B \
+         (RocksDB's files peak at about 80 % of the capacity), `fillrandom`, two `overwrite` \
+         passes, then `readwhilewriting` (one writer, reads meanwhile) with compaction and GC \
+         running; 16 MiB level 1, 2 MiB tables, 4 MiB memtables, no compression. \
+         Device-fulls: bytes RocksDB wrote / capacity. One run per policy: mind the noise.\n",
+        scale.name(),
+        zones as u64 * FILL_ZONE_MIB * 3 / 4,
+    );
+    let _ = writeln!(md, "| policy | WAF | WAF with metadata | GC MiB moved | host MiB (device-fulls) | live at exit | fillrandom ops/s | overwrite ops/s (1st, 2nd) | overwrite P99.99 µs | readwhilewriting ops/s | read P99.99 µs | time s |");
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    for (policy, result) in fills {
+        match result {
+            Ok((benches, s, wall)) => {
+                let named = |name: &'static str| benches.iter().filter(move |b| b.name == name);
+                let fill = named("fillrandom").next();
+                let overwrites: Vec<&Bench> = named("overwrite").collect();
+                let rww = named("readwhilewriting").next();
+                let ops =
+                    |b: Option<&Bench>| b.map_or("-".to_string(), |b| format!("{:.0}", b.ops));
+                let _ = writeln!(
+                    md,
+                    "| {policy} | {:.3} | {:.3} | {:.1} | {:.0} ({:.1}) | {:.0} % | {} | {} | {} | {} | {} | {:.0} |",
+                    s.waf,
+                    s.waf_with_meta,
+                    mib(s.gc_bytes_moved),
+                    mib(s.host_bytes),
+                    s.host_bytes as f64 / capacity(s),
+                    100.0 * s.live_bytes as f64 / capacity(s),
+                    ops(fill),
+                    overwrites
+                        .iter()
+                        .map(|b| format!("{:.0}", b.ops))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    overwrites
+                        .iter()
+                        .map(|b| format!("{:.0}", b.p9999))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    ops(rww),
+                    rww.map_or("-".to_string(), |b| format!("{:.1}", b.p9999)),
+                    wall.as_secs_f64(),
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(md, "| {policy} | {e} | | | | | | | | | | |");
+            }
+        }
+    }
+    md
 }
 
 fn markdown(scale: Scale, runs: &[Run]) -> String {
@@ -433,5 +606,32 @@ mod tests {
         assert_eq!((b[0].p50, b[0].p99, b[0].p9999), (1.5, 9.8, 120.5));
         assert_eq!(b[1].name, "readrandom");
         assert!(b[1].p50.is_nan(), "no histogram after readrandom");
+    }
+
+    #[test]
+    fn readwhilewriting_takes_the_reads_histogram_in_either_order() {
+        for (first, second) in [("write", "read"), ("read", "write")] {
+            let p = |op: &str| {
+                if op == "read" {
+                    "P50: 3.00 P99: 9.00 P99.99: 30.00"
+                } else {
+                    "P50: 5.00 P99: 50.00 P99.99: 500.00"
+                }
+            };
+            let out = format!(
+                "readwhilewriting :       2.000 micros/op 500000 ops/sec 1.0 seconds 500000 operations; (1000 of 1000 found)\n\
+                 Microseconds per {first}:\nCount: 10\nPercentiles: {}\n\
+                 Microseconds per {second}:\nCount: 10\nPercentiles: {}\n",
+                p(first),
+                p(second)
+            );
+            let b = parse(&out);
+            assert_eq!(b.len(), 1);
+            assert_eq!(
+                (b[0].p50, b[0].p99, b[0].p9999),
+                (3.0, 9.0, 30.0),
+                "{first} first"
+            );
+        }
     }
 }
