@@ -169,7 +169,16 @@ fn wasmtime36() -> Option<PathBuf> {
 }
 
 /// Runs `cmd` to its end or `timeout`; (exit code, stdout, stderr).
-fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, String), String> {
+fn run_command(cmd: Command, timeout: Duration) -> Result<(i32, String, String), String> {
+    run_polling(cmd, timeout, || {})
+}
+
+/// [`run_command`], calling `poll` about every 250 ms while `cmd` runs.
+fn run_polling(
+    mut cmd: Command,
+    timeout: Duration,
+    mut poll: impl FnMut(),
+) -> Result<(i32, String, String), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| e.to_string());
@@ -178,6 +187,7 @@ fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, Stri
         .stderr(file(&err)?);
     let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
     let start = Instant::now();
+    let mut last_poll = start;
     let code = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break status.code().unwrap_or(-1);
@@ -187,6 +197,10 @@ fn run_command(mut cmd: Command, timeout: Duration) -> Result<(i32, String, Stri
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!("killed after {} s", timeout.as_secs()));
+        }
+        if last_poll.elapsed() >= Duration::from_millis(250) {
+            poll();
+            last_poll = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -293,17 +307,21 @@ const FILL_POLICIES: [&str; 3] = ["rocks", "default", "one-stream"];
 const FILL_ZONE_MIB: u64 = 4;
 
 /// (zones, keys) of the fill experiment: RocksDB's files peak at about 80 % of the device's
-/// capacity (3 MiB a zone) with this many 420-byte entries.
+/// capacity (3 MiB a zone) with this many 420-byte entries (at 52 zones for 150,000 they
+/// reached 93 % and RocksDB failed with ENOSPC).
 fn fill_shape(scale: Scale) -> (u32, u64) {
     match scale {
-        Scale::Small => (52, 150_000),
-        Scale::Full => (260, 750_000),
+        Scale::Small => (60, 150_000),
+        Scale::Full => (300, 750_000),
     }
 }
 
 /// db_bench's arguments for the fill experiment: fill, overwrite every key twice, then read
 /// while one thread keeps writing. Levels scaled down (16 MiB level 1, 2 MiB tables) so the
-/// small tree has the shape of a big one: several levels, compactions all the time.
+/// small tree has the shape of a big one: several levels, compactions all the time. Level 0
+/// slows writes at 8 tables and stops them at 12 (RocksDB's defaults are 20 and 36): a
+/// backlog of level-0 tables, which grows with CPU contention, would otherwise decide how
+/// full the device gets.
 fn fill_args(scale: Scale, data: &str) -> Vec<String> {
     let (_, num) = fill_shape(scale);
     [
@@ -317,13 +335,24 @@ fn fill_args(scale: Scale, data: &str) -> Vec<String> {
         "--write_buffer_size=4194304".into(),
         "--target_file_size_base=2097152".into(),
         "--max_bytes_for_level_base=16777216".into(),
+        "--level0_slowdown_writes_trigger=8".into(),
+        "--level0_stop_writes_trigger=12".into(),
         "--histogram=1".into(),
         "--seed=1".into(),
     ]
     .to_vec()
 }
 
-type FillResult = Result<(Vec<Bench>, Stats, Duration), String>;
+/// One fill experiment run: db_bench's figures, the store's accounting at exit, the most
+/// live data the store held while it ran (sampled every 250 ms), and the wall time.
+struct Fill {
+    benches: Vec<Bench>,
+    stats: Stats,
+    peak_live: u64,
+    wall: Duration,
+}
+
+type FillResult = Result<Fill, String>;
 
 /// One fill experiment run under `valet-run --policy policy` on a fresh device.
 fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
@@ -333,10 +362,14 @@ fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
         .tempdir_in(&runner.work)
         .map_err(|e| e.to_string())?;
     let stats_path = dir.path().join("stats.json");
+    let device = dir.path().join("device");
+    let socket = dir.path().join("admin.sock");
     let (zones, _) = fill_shape(scale);
     let mut cmd = Command::new(&runner.valet_run);
     cmd.arg("--device")
-        .arg(dir.path().join("device"))
+        .arg(&device)
+        .arg("--admin")
+        .arg(&socket)
         .args(["--zone-size", &FILL_ZONE_MIB.to_string()])
         .args(["--zones", &zones.to_string()])
         .arg("--stats-json")
@@ -346,7 +379,13 @@ fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
         .arg("--")
         .args(fill_args(scale, MOUNT));
     let start = Instant::now();
-    let (code, stdout, stderr) = run_command(cmd, runner.timeout)?;
+    // The peak of live data, from the admin API's stats while RocksDB runs.
+    let mut peak = 0u64;
+    let (code, stdout, stderr) = run_polling(cmd, runner.timeout, || {
+        if let Some(stats) = admin_stats(&socket, &device.join("admin.token")) {
+            peak = peak.max(stats.live_bytes);
+        }
+    })?;
     let wall = start.elapsed();
     if code != 0 {
         let last = stderr
@@ -367,7 +406,35 @@ fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
             benches.len()
         ));
     }
-    Ok((benches, stats, wall))
+    Ok(Fill {
+        benches,
+        peak_live: peak.max(stats.live_bytes),
+        stats,
+        wall,
+    })
+}
+
+/// `GET /stats` from a running valet-run's admin API on Unix socket `socket` (HTTP/1.1, one
+/// request per connection); None until it answers.
+fn admin_stats(socket: &Path, token_file: &Path) -> Option<Stats> {
+    use std::io::{Read, Write};
+    let token = std::fs::read_to_string(token_file).ok()?;
+    let mut conn = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        conn,
+        "GET /stats HTTP/1.1\r\nHost: valet\r\nAuthorization: Bearer {}\r\n\
+         Connection: close\r\n\r\n",
+        token.trim()
+    )
+    .ok()?;
+    let mut response = String::new();
+    conn.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
 }
 
 fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
@@ -377,23 +444,29 @@ fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
     let _ = writeln!(
         md,
         "### RocksDB filling the store (`--scale {}`)\n\nThe paper's experiment: {zones} zones \
-         of {FILL_ZONE_MIB} MiB ({} MiB of capacity), {num} keys of 20 + 400 B \
-         (RocksDB's files peak at about 80 % of the capacity), `fillrandom`, two `overwrite` \
-         passes, then `readwhilewriting` (one writer, reads meanwhile) with compaction and GC \
-         running; 16 MiB level 1, 2 MiB tables, 4 MiB memtables, no compression. \
-         Device-fulls: bytes RocksDB wrote / capacity. One run per policy: mind the noise.\n",
+         of {FILL_ZONE_MIB} MiB ({} MiB of capacity), {num} keys of 20 + 400 B, `fillrandom`, \
+         two `overwrite` passes, then `readwhilewriting` (one writer, reads meanwhile) with \
+         compaction and GC running; 16 MiB level 1, 2 MiB tables, 4 MiB memtables, level-0 \
+         stops at 12 tables, no compression. Device-fulls: bytes RocksDB wrote / capacity; \
+         peak live: the most live data the store held (its stats sampled every 250 ms), of \
+         the capacity. One run per policy: mind the noise.\n",
         scale.name(),
         zones as u64 * FILL_ZONE_MIB * 3 / 4,
     );
-    let _ = writeln!(md, "| policy | WAF | WAF with metadata | GC MiB moved | host MiB (device-fulls) | live at exit | fillrandom ops/s | overwrite ops/s (1st, 2nd) | overwrite P99.99 µs | readwhilewriting ops/s | read P99.99 µs | time s |");
+    let _ = writeln!(md, "| policy | WAF | WAF with metadata | GC MiB moved | host MiB (device-fulls) | peak live | live at exit | fillrandom ops/s | overwrite ops/s (1st, 2nd) | overwrite P99.99 µs | readwhilewriting ops/s | read P99.99 µs | time s |");
     let _ = writeln!(
         md,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for (policy, result) in fills {
         match result {
-            Ok((benches, s, wall)) => {
+            Ok(Fill {
+                benches,
+                stats: s,
+                peak_live,
+                wall,
+            }) => {
                 let named = |name: &'static str| benches.iter().filter(move |b| b.name == name);
                 let fill = named("fillrandom").next();
                 let overwrites: Vec<&Bench> = named("overwrite").collect();
@@ -402,12 +475,13 @@ fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
                     |b: Option<&Bench>| b.map_or("-".to_string(), |b| format!("{:.0}", b.ops));
                 let _ = writeln!(
                     md,
-                    "| {policy} | {:.3} | {:.3} | {:.1} | {:.0} ({:.1}) | {:.0} % | {} | {} | {} | {} | {} | {:.0} |",
+                    "| {policy} | {:.3} | {:.3} | {:.1} | {:.0} ({:.1}) | {:.0} % | {:.0} % | {} | {} | {} | {} | {} | {:.0} |",
                     s.waf,
                     s.waf_with_meta,
                     mib(s.gc_bytes_moved),
                     mib(s.host_bytes),
                     s.host_bytes as f64 / capacity(s),
+                    100.0 * *peak_live as f64 / capacity(s),
                     100.0 * s.live_bytes as f64 / capacity(s),
                     ops(fill),
                     overwrites
@@ -426,7 +500,7 @@ fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
                 );
             }
             Err(e) => {
-                let _ = writeln!(md, "| {policy} | {e} | | | | | | | | | | |");
+                let _ = writeln!(md, "| {policy} | {e} | | | | | | | | | | | |");
             }
         }
     }
