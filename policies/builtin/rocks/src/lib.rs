@@ -27,7 +27,8 @@
 //!
 //! Level 0 is counted from the policy's own decisions: a table it placed as level 0 stays
 //! counted until its delete event. The first log of a process (the database's open) starts
-//! no flush.
+//! no flush; tables written before the first switch are taken for the open's recovery
+//! flushes (level 0).
 //!
 //! When the device keeps fewer streams apart (`max_streams` from `valet_init`), a kind whose
 //! stream does not exist takes the whole decision of the kind it falls back to (deeper
@@ -163,8 +164,9 @@ impl Rocks {
     /// The level a new table is written to: 0 for a flush, 1 for a level-0 compaction,
     /// 2 for deeper compactions; remembers level-0 tables.
     fn new_table_level(&mut self, number: u64) -> u32 {
-        if self.pending_flushes > 0 {
-            self.pending_flushes -= 1;
+        // Before the first switch, tables are the open's recovery flushes (level 0).
+        if self.pending_flushes > 0 || self.logs <= 1 {
+            self.pending_flushes = self.pending_flushes.saturating_sub(1);
             if let Some(slot) = self.level0.iter_mut().find(|n| **n == 0) {
                 *slot = number.max(1);
             }
@@ -251,14 +253,8 @@ mod tests {
     fn leveldb_layout() {
         let wal = place(8, "db/000005.log");
         assert_eq!(wal, Decision::zoned(1).rotate_every_mib(64));
-        // A table with no flush pending and level 0 empty is a deeper compaction's output.
-        let table = place(8, "db/000007.ldb");
-        assert_eq!(
-            table,
-            Decision::zoned(STREAM_DEEP)
-                .rotate_every_secs(30)
-                .group_starts_zone()
-        );
+        // Before any log switch a table is a recovery flush: level 0.
+        assert_eq!(place(8, "db/000007.ldb"), Decision::zoned(STREAM_TABLE));
         assert_eq!(place(8, "db/MANIFEST-000004"), Decision::zoned(3));
         for f in [
             "db/CURRENT",
@@ -273,7 +269,7 @@ mod tests {
 
     #[test]
     fn rocksdb_layout() {
-        assert_eq!(place(8, "rdb/000012.sst").stream, STREAM_DEEP);
+        assert_eq!(place(8, "rdb/000012.sst").stream, STREAM_TABLE);
         assert_eq!(place(8, "rdb/archive/000010.log").stream, STREAM_WAL);
         assert_eq!(place(8, "rdb/000042.blob"), Decision::zoned(4));
         for f in [
@@ -297,6 +293,9 @@ mod tests {
         p.init(12);
         let stream = |p: &mut Rocks, path: &str| p.place(&request(path)).unwrap().stream;
         assert_eq!(stream(&mut p, "db/000003.log"), STREAM_WAL, "open: no flush");
+        // A table before the first switch: the open's recovery flush.
+        assert_eq!(stream(&mut p, "db/000002.sst"), STREAM_TABLE);
+        deleted(&mut p, "db/000002.sst");
         let mut file = 4;
         for _ in 0..4 {
             assert_eq!(stream(&mut p, &format!("db/{file:06}.log")), STREAM_WAL);
@@ -327,14 +326,23 @@ mod tests {
 
     #[test]
     fn kinds_without_a_stream_fold_onto_their_fallback() {
+        let deeper = |max_streams: u32| {
+            let mut p = Rocks::default();
+            p.init(max_streams);
+            p.place(&request("db/1.log"));
+            p.place(&request("db/2.log"));
+            p.place(&request("db/3.sst")); // the flush of log 1
+            p.place(&request("db/4.sst")).unwrap() // a compaction's output
+        };
+        assert_eq!(deeper(7), KINDS[STREAM_DEEP as usize]);
         // Four streams: blobs share the MANIFEST stream, and its decision.
         assert_eq!(place(4, "db/1.blob"), Decision::zoned(3));
         // Three: MANIFEST and blobs join the tables, with the tables' decision.
         assert_eq!(place(3, "db/MANIFEST-000001"), KINDS[2]);
         assert_eq!(place(3, "db/1.blob"), KINDS[2]);
         // Deeper tables fold onto level 1, level 1 onto level 0.
-        assert_eq!(place(6, "db/1.sst"), KINDS[STREAM_L1 as usize]);
-        assert_eq!(place(5, "db/1.sst"), KINDS[STREAM_TABLE as usize]);
+        assert_eq!(deeper(6), KINDS[STREAM_L1 as usize]);
+        assert_eq!(deeper(5), KINDS[STREAM_TABLE as usize]);
         // Two: everything but "other" is one stream.
         assert_eq!(place(2, "db/1.sst"), KINDS[1]);
         assert_eq!(place(1, "db/1.log"), Decision::zoned(0));
