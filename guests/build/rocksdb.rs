@@ -376,14 +376,18 @@ fn native_db_bench(
 /// (POSIX port, still no OS_LINUX paths) and patches, without the WASI target and emulation.
 fn native_flags(source: &Path, ours: &Path) -> Vec<String> {
     let dummy = Path::new("/nonexistent-sysroot");
-    compile_flags(dummy, source, ours)
+    let mut flags: Vec<String> = compile_flags(dummy, source, ours)
         .into_iter()
         .filter(|f| {
             !f.starts_with("--target=")
                 && !f.starts_with("--sysroot=")
                 && !f.starts_with("-D_WASI_")
         })
-        .collect()
+        .collect();
+    // glibc declares major()/minor() in sys/sysmacros.h, which RocksDB includes only with
+    // OS_LINUX (the WASI build gets them from the port header).
+    flags.extend(["-include".into(), "sys/sysmacros.h".into()]);
+    flags
 }
 
 /// Links a program: shared memory for threads, 8 MiB main stack, up to 4 GiB of memory.
