@@ -292,14 +292,21 @@ mod tests {
         let mut p = Rocks::default();
         p.init(12);
         let stream = |p: &mut Rocks, path: &str| p.place(&request(path)).unwrap().stream;
-        assert_eq!(stream(&mut p, "db/000003.log"), STREAM_WAL, "open: no flush");
+        assert_eq!(
+            stream(&mut p, "db/000003.log"),
+            STREAM_WAL,
+            "open: no flush"
+        );
         // A table before the first switch: the open's recovery flush.
         assert_eq!(stream(&mut p, "db/000002.sst"), STREAM_TABLE);
         deleted(&mut p, "db/000002.sst");
         let mut file = 4;
         for _ in 0..4 {
             assert_eq!(stream(&mut p, &format!("db/{file:06}.log")), STREAM_WAL);
-            assert_eq!(stream(&mut p, &format!("db/{:06}.sst", file + 1)), STREAM_TABLE);
+            assert_eq!(
+                stream(&mut p, &format!("db/{:06}.sst", file + 1)),
+                STREAM_TABLE
+            );
             file += 2;
         }
         assert_eq!(p.level0_count(), 4);
