@@ -429,3 +429,43 @@ fn shim_pids(c: &Containerd) -> Vec<i32> {
     }
     pids
 }
+
+/// A module compiled once is kept in containerd's content store beside its image: an agent
+/// that never saw it (restarted, with its wasmtime disk cache gone) loads it compiled.
+#[test]
+fn a_fresh_agent_loads_the_compiled_module_from_containerds_content_store() {
+    if !fleet::available() {
+        return;
+    }
+    let mut node = Node::start();
+    let args = ["c", "/data", "1", "430"];
+    let out = node.run("c1", &[("valet.io/tenant", "c")], &[], &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(log.contains("valet-run node: compiled sha256:"), "{log}");
+    // The blob, labelled with its source, and the image's target holding it for the GC.
+    let content = node.containerd.ctr_ok(&["content", "ls"]);
+    let blob = content
+        .lines()
+        .find(|l| l.contains("valet.io/precompiled.source=sha256:"))
+        .unwrap_or_else(|| panic!("no compiled module in the content store:\n{content}"));
+    let digest = blob.split_whitespace().next().unwrap();
+    assert!(
+        content.lines().any(
+            |l| l.contains("containerd.io/gc.ref.content.valet.precompiled.") && l.contains(digest)
+        ),
+        "the image does not refer to {digest}:\n{content}"
+    );
+
+    // A fresh agent: nothing in memory, no disk cache.
+    node.stop_agent_and_mount();
+    std::fs::remove_dir_all(node.device.with_extension("cache")).ok();
+    node.agent = Some(Agent::start(&node.device, &node.socket));
+    let out = node.run("c2", &[("valet.io/tenant", "c")], &[], &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(
+        log.contains("from containerd's content store") && !log.contains("compiled sha256:"),
+        "{log}"
+    );
+}

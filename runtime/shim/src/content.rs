@@ -1,0 +1,255 @@
+//! Compiled modules kept in containerd's content store, so that a pod of an image whose
+//! module was compiled once (by any agent, before any restart) does not compile again.
+//!
+//! The agent compiles; the shim, which can talk to containerd, keeps the result. A blob
+//! holds the module as the agent's wasmtime serialized it, labelled with the digest of the
+//! module's source and the agent's engine tag ([`SOURCE_LABEL`], [`ENGINE_LABEL`]); the
+//! image's target (its manifest or index) gets a `containerd.io/gc.ref.content.*` label
+//! naming the blob, so containerd's garbage collector keeps the blob as long as the image
+//! and removes it with the image. A lease holds the blob between its commit and that label.
+//! Lookup is by label. The blob's digest is checked when it is read back; wasmtime checks
+//! that it was made by a compatible engine, and the agent compiles afresh when it was not.
+//!
+//! Failing to keep or fetch a compiled module costs a compilation, never a pod: callers log
+//! the error and go on.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, Context, Result};
+use containerd_client::services::v1::{
+    containers_client::ContainersClient, content_client::ContentClient,
+    images_client::ImagesClient, leases_client::LeasesClient, CreateRequest, DeleteRequest,
+    GetContainerRequest, GetImageRequest, Info, ListContentRequest, ReadContentRequest,
+    UpdateRequest, WriteAction, WriteContentRequest,
+};
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+use tonic::Request;
+
+/// The label naming the module source (`sha256:...` of the `.wasm`) a blob was compiled from.
+pub const SOURCE_LABEL: &str = "valet.io/precompiled.source";
+/// The label naming the engine that compiled it (see [`engine_tag`]).
+pub const ENGINE_LABEL: &str = "valet.io/precompiled.engine";
+/// Chunk size of writes (containerd takes gRPC messages up to 16 MiB).
+const CHUNK: usize = 1 << 20;
+
+/// containerd's API for one namespace.
+pub struct ContentStore {
+    channel: Channel,
+    namespace: String,
+}
+
+impl ContentStore {
+    pub async fn connect(address: &str, namespace: &str) -> Result<ContentStore> {
+        let channel = containerd_client::connect(address)
+            .await
+            .with_context(|| format!("connecting to containerd at {address}"))?;
+        Ok(ContentStore {
+            channel,
+            namespace: namespace.to_string(),
+        })
+    }
+
+    fn request<T>(&self, msg: T, lease: Option<&str>) -> Request<T> {
+        let mut req = Request::new(msg);
+        let md = req.metadata_mut();
+        if let Ok(ns) = self.namespace.parse() {
+            md.insert("containerd-namespace", ns);
+        }
+        if let Some(lease) = lease.and_then(|l| l.parse().ok()) {
+            md.insert("containerd-lease", lease);
+        }
+        req
+    }
+
+    /// The newest compiled module of `source` (`sha256:...`) made by an engine of tag
+    /// `engine`, checked against its digest.
+    pub async fn fetch(&self, source: &str, engine: &str) -> Result<Option<Vec<u8>>> {
+        let mut content = ContentClient::new(self.channel.clone());
+        let filter = format!(
+            "labels.\"{SOURCE_LABEL}\"==\"{source}\",labels.\"{ENGINE_LABEL}\"==\"{engine}\""
+        );
+        let mut stream = content
+            .list(self.request(
+                ListContentRequest {
+                    filters: vec![filter],
+                },
+                None,
+            ))
+            .await
+            .context("listing containerd's content")?
+            .into_inner();
+        let mut newest: Option<Info> = None;
+        while let Some(resp) = stream.message().await.context("listing content")? {
+            for info in resp.info {
+                let key = |i: &Info| i.created_at.as_ref().map(|t| (t.seconds, t.nanos));
+                if newest.as_ref().is_none_or(|n| key(&info) > key(n)) {
+                    newest = Some(info);
+                }
+            }
+        }
+        let Some(info) = newest else {
+            return Ok(None);
+        };
+        let mut stream = content
+            .read(self.request(
+                ReadContentRequest {
+                    digest: info.digest.clone(),
+                    offset: 0,
+                    size: 0,
+                },
+                None,
+            ))
+            .await
+            .with_context(|| format!("reading {}", info.digest))?
+            .into_inner();
+        let mut data = Vec::with_capacity(info.size.max(0) as usize);
+        while let Some(chunk) = stream.message().await.context("reading content")? {
+            data.extend_from_slice(&chunk.data);
+        }
+        if digest(&data) != info.digest {
+            return Err(anyhow!("{} read back with another digest", info.digest));
+        }
+        Ok(Some(data))
+    }
+
+    /// Keeps `compiled` (compiled from `source` by an engine of tag `engine`) for the image
+    /// of container `id`.
+    pub async fn keep(&self, id: &str, source: &str, engine: &str, compiled: &[u8]) -> Result<()> {
+        let blob = digest(compiled);
+        let lease = format!("valet-precompile-{}", &blob["sha256:".len()..][..16]);
+        let mut leases = LeasesClient::new(self.channel.clone());
+        let expire = humantime_rfc3339(SystemTime::now() + Duration::from_secs(3600));
+        leases
+            .create(self.request(
+                CreateRequest {
+                    id: lease.clone(),
+                    labels: HashMap::from([("containerd.io/gc.expire".into(), expire)]),
+                },
+                None,
+            ))
+            .await
+            .context("creating a lease")?;
+        let kept = self
+            .write_and_link(id, [source, engine], compiled, &blob, &lease)
+            .await;
+        let _ = leases
+            .delete(self.request(
+                DeleteRequest {
+                    id: lease,
+                    sync: false,
+                },
+                None,
+            ))
+            .await;
+        kept
+    }
+
+    async fn write_and_link(
+        &self,
+        id: &str,
+        [source, engine]: [&str; 2],
+        compiled: &[u8],
+        blob: &str,
+        lease: &str,
+    ) -> Result<()> {
+        let mut content = ContentClient::new(self.channel.clone());
+        let labels = HashMap::from([
+            (SOURCE_LABEL.to_string(), source.to_string()),
+            (ENGINE_LABEL.to_string(), engine.to_string()),
+        ]);
+        let total = compiled.len() as i64;
+        let mut msgs = Vec::new();
+        let chunks: Vec<&[u8]> = compiled.chunks(CHUNK).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            msgs.push(WriteContentRequest {
+                action: if last {
+                    WriteAction::Commit
+                } else {
+                    WriteAction::Write
+                } as i32,
+                r#ref: format!("valet-precompiled-{blob}"),
+                total,
+                expected: blob.to_string(),
+                offset: (i * CHUNK) as i64,
+                data: chunk.to_vec(),
+                labels: if last { labels.clone() } else { HashMap::new() },
+            });
+        }
+        match content
+            .write(self.request(tokio_stream::iter(msgs), Some(lease)))
+            .await
+        {
+            Ok(resp) => {
+                let mut stream = resp.into_inner();
+                while stream
+                    .message()
+                    .await
+                    .context("writing the compiled module")?
+                    .is_some()
+                {}
+            }
+            // The same bytes are there already (another shim kept them).
+            Err(s) if s.code() == tonic::Code::AlreadyExists => {}
+            Err(s) => return Err(anyhow!("writing the compiled module: {}", s.message())),
+        }
+        // Tie the blob's life to the image's.
+        let container = ContainersClient::new(self.channel.clone())
+            .get(self.request(GetContainerRequest { id: id.to_string() }, None))
+            .await
+            .context("looking up the container")?
+            .into_inner()
+            .container
+            .context("no container")?;
+        let image = ImagesClient::new(self.channel.clone())
+            .get(self.request(
+                GetImageRequest {
+                    name: container.image.clone(),
+                },
+                None,
+            ))
+            .await
+            .with_context(|| format!("looking up image {:?}", container.image))?
+            .into_inner()
+            .image
+            .context("no image")?;
+        let target = image.target.context("the image has no target")?;
+        let key = format!(
+            "containerd.io/gc.ref.content.valet.precompiled.{}",
+            &source.trim_start_matches("sha256:")[..12.min(source.len())]
+        );
+        content
+            .update(self.request(
+                UpdateRequest {
+                    info: Some(Info {
+                        digest: target.digest,
+                        labels: HashMap::from([(key.clone(), blob.to_string())]),
+                        ..Default::default()
+                    }),
+                    update_mask: Some(prost_types::FieldMask {
+                        paths: vec![format!("labels.{key}")],
+                    }),
+                },
+                None,
+            ))
+            .await
+            .context("labelling the image")?;
+        Ok(())
+    }
+}
+
+/// `sha256:HEX` of `data`.
+pub fn digest(data: &[u8]) -> String {
+    let hex: String = Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// An RFC 3339 UTC time, as containerd's `gc.expire` label wants.
+fn humantime_rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
