@@ -118,6 +118,7 @@ fn create(id: &str, annotations: &[(&str, &str)], args: &[&str]) -> (Pod, FromAg
         annotations,
         stdio: [false, true, true],
         content_store: false,
+        module_fd: false,
     });
     let stdio = [None, Some(out_w), Some(err_w)];
     proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
@@ -243,6 +244,7 @@ fn bad_requests_fail_at_create_with_one_line() {
         annotations: BTreeMap::new(),
         stdio: [false, false, false],
         content_store: false,
+        module_fd: false,
     });
     proto::send(
         &conn,

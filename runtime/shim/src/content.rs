@@ -12,6 +12,11 @@
 //!
 //! Failing to keep or fetch a compiled module costs a compilation, never a pod: callers log
 //! the error and go on.
+//!
+//! The content store also holds the module of an image in the wasm OCI artifact form (the
+//! module as a layer of media type `application/wasm`, or runwasi's
+//! [`WASM_LAYER_TYPES`]): containerd 1.7+ leaves such layers out of the rootfs, and
+//! [`ContentStore::wasm_layer`] reads the module from there.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -31,6 +36,12 @@ use tonic::Request;
 pub const SOURCE_LABEL: &str = "valet.io/precompiled.source";
 /// The label naming the engine that compiled it (see [`engine_tag`]).
 pub const ENGINE_LABEL: &str = "valet.io/precompiled.engine";
+/// Media types of layers that are a WebAssembly module rather than a filesystem tar.
+pub const WASM_LAYER_TYPES: [&str; 2] = [
+    "application/wasm",
+    "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm",
+];
+
 /// Chunk size of writes (containerd takes gRPC messages up to 16 MiB).
 const CHUNK: usize = 1 << 20;
 
@@ -92,26 +103,104 @@ impl ContentStore {
         let Some(info) = newest else {
             return Ok(None);
         };
-        let mut stream = content
+        let data = self.read(&info.digest).await?;
+        Ok(Some(data))
+    }
+
+    /// The module of container `id`'s image when the image carries it as a wasm layer
+    /// (the first such layer), else `None`.
+    pub async fn wasm_layer(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        let target = self.image_target(id).await?;
+        let mut manifest: serde_json::Value =
+            serde_json::from_slice(&self.read(&target.digest).await?)
+                .context("parsing the image's manifest")?;
+        // An index: this machine's manifest, or a wasm one, or the only one.
+        if manifest.get("manifests").is_some() {
+            let arch = match std::env::consts::ARCH {
+                "x86_64" => "amd64",
+                "aarch64" => "arm64",
+                other => other,
+            };
+            let entries = manifest["manifests"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            fn platform(e: &serde_json::Value) -> (&str, &str) {
+                let p = &e["platform"];
+                (
+                    p["os"].as_str().unwrap_or(""),
+                    p["architecture"].as_str().unwrap_or(""),
+                )
+            }
+            let chosen = entries
+                .iter()
+                .find(|e| matches!(platform(e), ("linux", a) if a == arch))
+                .or_else(|| entries.iter().find(|e| platform(e).1 == "wasm"))
+                .or(entries.first())
+                .context("the image's index lists no manifest")?;
+            let digest = chosen["digest"]
+                .as_str()
+                .context("a manifest without digest")?;
+            manifest = serde_json::from_slice(&self.read(digest).await?)
+                .context("parsing the image's manifest")?;
+        }
+        let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
+        let Some(layer) = layers
+            .iter()
+            .find(|l| WASM_LAYER_TYPES.contains(&l["mediaType"].as_str().unwrap_or("")))
+        else {
+            return Ok(None);
+        };
+        let digest = layer["digest"].as_str().context("a layer without digest")?;
+        Ok(Some(self.read(digest).await?))
+    }
+
+    /// The descriptor container `id`'s image points at (its manifest or index).
+    async fn image_target(&self, id: &str) -> Result<containerd_client::types::Descriptor> {
+        let container = ContainersClient::new(self.channel.clone())
+            .get(self.request(GetContainerRequest { id: id.to_string() }, None))
+            .await
+            .context("looking up the container")?
+            .into_inner()
+            .container
+            .context("no container")?;
+        let image = ImagesClient::new(self.channel.clone())
+            .get(self.request(
+                GetImageRequest {
+                    name: container.image.clone(),
+                },
+                None,
+            ))
+            .await
+            .with_context(|| format!("looking up image {:?}", container.image))?
+            .into_inner()
+            .image
+            .context("no image")?;
+        image.target.context("the image has no target")
+    }
+
+    /// A blob of the content store, checked against its digest.
+    async fn read(&self, digest: &str) -> Result<Vec<u8>> {
+        let mut stream = ContentClient::new(self.channel.clone())
             .read(self.request(
                 ReadContentRequest {
-                    digest: info.digest.clone(),
+                    digest: digest.to_string(),
                     offset: 0,
                     size: 0,
                 },
                 None,
             ))
             .await
-            .with_context(|| format!("reading {}", info.digest))?
+            .with_context(|| format!("reading {digest}"))?
             .into_inner();
-        let mut data = Vec::with_capacity(info.size.max(0) as usize);
+        let mut data = Vec::new();
         while let Some(chunk) = stream.message().await.context("reading content")? {
             data.extend_from_slice(&chunk.data);
         }
-        if digest(&data) != info.digest {
-            return Err(anyhow!("{} read back with another digest", info.digest));
+        if self::digest(&data) != digest {
+            return Err(anyhow!("{digest} read back with another digest"));
         }
-        Ok(Some(data))
+        Ok(data)
     }
 
     /// Keeps `compiled` (compiled from `source` by an engine of tag `engine`) for the image
@@ -196,26 +285,7 @@ impl ContentStore {
             Err(s) => return Err(anyhow!("writing the compiled module: {}", s.message())),
         }
         // Tie the blob's life to the image's.
-        let container = ContainersClient::new(self.channel.clone())
-            .get(self.request(GetContainerRequest { id: id.to_string() }, None))
-            .await
-            .context("looking up the container")?
-            .into_inner()
-            .container
-            .context("no container")?;
-        let image = ImagesClient::new(self.channel.clone())
-            .get(self.request(
-                GetImageRequest {
-                    name: container.image.clone(),
-                },
-                None,
-            ))
-            .await
-            .with_context(|| format!("looking up image {:?}", container.image))?
-            .into_inner()
-            .image
-            .context("no image")?;
-        let target = image.target.context("the image has no target")?;
+        let target = self.image_target(id).await?;
         let key = format!(
             "containerd.io/gc.ref.content.valet.precompiled.{}",
             &source.trim_start_matches("sha256:")[..12.min(source.len())]

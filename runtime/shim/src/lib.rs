@@ -26,9 +26,10 @@
 //!
 //! Kubernetes' pod sandbox (the pause container, annotation
 //! `io.kubernetes.cri.container-type: sandbox`) runs nothing: it lives until it is killed,
-//! which is all a pause process does. Images whose module comes as an OCI wasm layer
-//! (`application/wasm`) are not read yet: the module must be a file in the image's rootfs,
-//! named by the entrypoint (`Entrypoint: ["/app.wasm"]`).
+//! which is all a pause process does. The module is a file in the image's rootfs, named by
+//! the entrypoint (`Entrypoint: ["/app.wasm"]`), or, in the wasm OCI artifact form, the
+//! image's layer of media type `application/wasm` (containerd 1.7+; 1.6 cannot import such
+//! an image), read from containerd's content store.
 //!
 //! Compiled modules are kept in containerd's content store ([`content`]): the agent asks
 //! for one when it does not hold the module, and hands over what it compiled.
@@ -256,6 +257,28 @@ async fn create(
     } else {
         cfg.bundle.join(root.path())
     };
+    // Connected on first need: a module the agent holds, in the rootfs, needs no content
+    // store.
+    let mut store: Option<ContentStore> = None;
+    // The module is a file of the rootfs, or (the wasm OCI artifact form, which containerd
+    // 1.7+ leaves out of the rootfs) the image's wasm layer.
+    let in_rootfs = rootfs
+        .join(module.trim_start_matches('/'))
+        .symlink_metadata()
+        .is_ok();
+    let mut module_file = None;
+    if !in_rootfs {
+        let layer = match content_store(&mut store, cfg).await {
+            Ok(s) => s.wasm_layer(id).await,
+            Err(e) => Err(e),
+        };
+        match layer {
+            Ok(Some(bytes)) => module_file = Some(proto::memfd_with(&bytes)?),
+            // The agent says the module is missing.
+            Ok(None) => {}
+            Err(e) => log::warn!("no wasm layer read from containerd's content store: {e:#}"),
+        }
+    }
     let rootfs = File::open(&rootfs)
         .with_context(|| format!("cannot open the rootfs {}", rootfs.display()))?;
     let stdio = [
@@ -278,15 +301,11 @@ async fn create(
         annotations,
         stdio: [stdio[0].is_some(), stdio[1].is_some(), stdio[2].is_some()],
         content_store: true,
+        module_fd: module_file.is_some(),
     });
-    proto::send(
-        &conn,
-        &request,
-        &valet_runtime::node::create_fds(&rootfs, &stdio),
-    )
-    .context("sending the container to the node agent")?;
-    // Connected on first need: a module the agent holds needs no content store.
-    let mut store: Option<ContentStore> = None;
+    let mut fds = valet_runtime::node::create_fds(&rootfs, &stdio);
+    fds.extend(module_file.as_ref().map(|f| f.as_fd()));
+    proto::send(&conn, &request, &fds).context("sending the container to the node agent")?;
     loop {
         match proto::recv::<FromAgent>(&conn).context("waiting for the node agent")? {
             Some((FromAgent::Lookup { source, engine }, _)) => {

@@ -280,6 +280,12 @@ impl Agent {
                 *slot = Some(Arc::new(File::from(fd)));
             }
         }
+        let module_file = match req.module_fd {
+            true => Some(File::from(
+                fds.next().context("the shim sent no module descriptor")?,
+            )),
+            false => None,
+        };
         let rootfs = cap_std::fs::Dir::from_std_file(File::from(rootfs));
         // A policy is named, never a file: pods must not make the agent read host paths.
         self.registry.module(&config.policy).map_err(|_| {
@@ -295,7 +301,11 @@ impl Agent {
             Some(limit) => Some(self.quota(&config.tenant, root, limit)),
             None => None,
         };
-        let module = self.module(&rootfs, &req.module, req.content_store.then_some(conn))?;
+        let bytes = match &module_file {
+            Some(f) => proto::read_all(f).context("reading the module the shim sent")?,
+            None => read_module(&rootfs, &req.module)?,
+        };
+        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
         let mut preopens = Vec::new();
         for mount in &config.mounts {
             let ino = mkdirs(&self.store, root, mount)
@@ -330,23 +340,11 @@ impl Agent {
         q.clone()
     }
 
-    /// The compiled module at `path` in the rootfs, compiled once per distinct content:
+    /// The compiled module of `bytes` (named `path`), compiled once per distinct content:
     /// from memory, else from containerd's content store through the shim (`shim`, when it
     /// can reach it), else compiled here (and handed to the shim to keep).
-    fn module(
-        &self,
-        rootfs: &cap_std::fs::Dir,
-        path: &str,
-        shim: Option<&UnixStream>,
-    ) -> Result<Module> {
-        let rel = path.trim_start_matches('/');
-        if rel.is_empty() {
-            bail!("no module: the container's first argument must be the .wasm file's path");
-        }
-        let bytes = rootfs
-            .read(rel)
-            .with_context(|| format!("cannot read the module {path} in the container's rootfs"))?;
-        let key: [u8; 32] = Sha256::digest(&bytes).into();
+    fn module(&self, bytes: &[u8], path: &str, shim: Option<&UnixStream>) -> Result<Module> {
+        let key: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(m) = self
             .modules
             .lock()
@@ -368,7 +366,7 @@ impl Agent {
             Some(m) => m,
             None => {
                 let start = std::time::Instant::now();
-                let module = Module::new(&self.engine, &bytes)
+                let module = Module::new(&self.engine, bytes)
                     .map_err(|e| anyhow!("{path}: not a valid WebAssembly module: {e:#}"))?;
                 eprintln!(
                     "valet-run node: compiled {source} in {} ms",
@@ -424,6 +422,17 @@ impl Agent {
             }
         }
     }
+}
+
+/// The module at `path` in the container's rootfs.
+fn read_module(rootfs: &cap_std::fs::Dir, path: &str) -> Result<Vec<u8>> {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        bail!("no module: the container's first argument must be the .wasm file's path");
+    }
+    rootfs
+        .read(rel)
+        .with_context(|| format!("cannot read the module {path} in the container's rootfs"))
 }
 
 /// Hands a module compiled here to the shim, to keep in containerd's content store.

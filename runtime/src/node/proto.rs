@@ -35,7 +35,8 @@ pub const DEFAULT_SOCKET: &str = "/run/valet/node.sock";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ToAgent {
     /// Prepare a container. Descriptors: the rootfs directory, then those of stdin,
-    /// stdout and stderr that `stdio` marks present, in that order.
+    /// stdout and stderr that `stdio` marks present, in that order, then the module when
+    /// [`Create::module_fd`] says so.
     Create(Create),
     Start,
     /// The answer to [`FromAgent::Lookup`]: one descriptor with the module as the agent's
@@ -64,6 +65,10 @@ pub struct Create {
     /// The shim fetches and keeps compiled modules in containerd's content store.
     #[serde(default)]
     pub content_store: bool,
+    /// The module comes as the last descriptor (the image's wasm layer, OCI media type
+    /// `application/wasm`), not from the rootfs; `module` then only names it.
+    #[serde(default)]
+    pub module_fd: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -242,6 +247,7 @@ mod tests {
             annotations: [("valet.io/tenant".to_string(), "t".to_string())].into(),
             stdio: [false, true, false],
             content_store: false,
+            module_fd: false,
         });
         send(&a, &msg, &[w.as_fd()]).unwrap();
         send(&a, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
@@ -272,7 +278,7 @@ mod tests {
         let ToAgent::Create(c) = serde_json::from_str::<ToAgent>(old).unwrap() else {
             panic!("not a create");
         };
-        assert!(!c.content_store);
+        assert!(!c.content_store && !c.module_fd);
     }
 
     #[test]

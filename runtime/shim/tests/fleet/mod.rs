@@ -128,6 +128,8 @@ pub struct Containerd {
     child: Child,
     pub dir: tempfile::TempDir,
     pub address: PathBuf,
+    /// The `ctr` of the same containerd.
+    ctr: PathBuf,
 }
 
 impl Containerd {
@@ -144,6 +146,17 @@ impl Containerd {
 
     /// As [`Containerd::start`], with the shim binary at `shim`.
     pub fn start_with(shim: &Path, agent_socket: &Path, extra: &str) -> Containerd {
+        Containerd::start_from(None, shim, agent_socket, extra)
+    }
+
+    /// As [`Containerd::start_with`], with `containerd` and `ctr` from directory `tools`
+    /// (another version than the installed one) when given.
+    pub fn start_from(
+        tools: Option<&Path>,
+        shim: &Path,
+        agent_socket: &Path,
+        extra: &str,
+    ) -> Containerd {
         let dir = tempfile::Builder::new()
             .prefix("valet-ctrd")
             .tempdir_in("/tmp")
@@ -181,7 +194,8 @@ state = "{state}"
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let child = Command::new("containerd")
+        let tool = |name: &str| tools.map_or_else(|| PathBuf::from(name), |t| t.join(name));
+        let child = Command::new(tool("containerd"))
             .arg("--config")
             .arg(d.join("config.toml"))
             .env("PATH", path)
@@ -194,6 +208,7 @@ state = "{state}"
             child,
             dir,
             address,
+            ctr: tool("ctr"),
         };
         wait_for(Duration::from_secs(60), "containerd's socket", || {
             c.ctr(&["version"]).status.success()
@@ -207,7 +222,7 @@ state = "{state}"
     }
 
     pub fn ctr_command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ctr");
+        let mut c = Command::new(&self.ctr);
         c.arg("-a").arg(&self.address).args(["-n", NS]).args(args);
         c
     }
@@ -241,7 +256,7 @@ state = "{state}"
     pub fn import_into(&self, ns: &str, tar: &[u8]) {
         let path = self.dir.path().join("image.tar");
         std::fs::write(&path, tar).unwrap();
-        let out = Command::new("ctr")
+        let out = Command::new(&self.ctr)
             .arg("-a")
             .arg(&self.address)
             .args(["-n", ns, "images", "import", "--all-platforms"])
@@ -283,7 +298,7 @@ impl Drop for Containerd {
         // plugin's containers live in namespace k8s.io.
         for ns in [NS, "k8s.io"] {
             let ctr = |args: &[&str]| {
-                Command::new("ctr")
+                Command::new(&self.ctr)
                     .arg("-a")
                     .arg(&self.address)
                     .args(["-n", ns])
