@@ -2,8 +2,10 @@
 //! module was compiled once (by any agent, before any restart) does not compile again.
 //!
 //! The agent compiles; the shim, which can talk to containerd, keeps the result. A blob
-//! holds the module as the agent's wasmtime serialized it, labelled with the digest of the
-//! module's source and the agent's engine tag ([`SOURCE_LABEL`], [`ENGINE_LABEL`]); the
+//! holds the module as the agent's wasmtime serialized it, with one label per module source
+//! it was compiled from (`valet.io/precompiled.<sha256 of the .wasm>=<engine tag>`, see
+//! [`source_label`]: modules that differ only in custom sections compile to the same bytes,
+//! so one blob can serve several sources); the
 //! image's target (its manifest or index) gets a `containerd.io/gc.ref.content.*` label
 //! naming the blob, so containerd's garbage collector keeps the blob as long as the image
 //! and removes it with the image. A lease holds the blob between its commit and that label.
@@ -32,10 +34,14 @@ use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 use tonic::Request;
 
-/// The label naming the module source (`sha256:...` of the `.wasm`) a blob was compiled from.
-pub const SOURCE_LABEL: &str = "valet.io/precompiled.source";
-/// The label naming the engine that compiled it (see [`engine_tag`]).
-pub const ENGINE_LABEL: &str = "valet.io/precompiled.engine";
+/// The label a blob compiled from module `source` (`sha256:HEX` of the `.wasm`) carries;
+/// its value is the tag of the engine that compiled it.
+pub fn source_label(source: &str) -> String {
+    format!(
+        "valet.io/precompiled.{}",
+        source.trim_start_matches("sha256:")
+    )
+}
 /// Media types of layers that are a WebAssembly module rather than a filesystem tar.
 pub const WASM_LAYER_TYPES: [&str; 2] = [
     "application/wasm",
@@ -78,9 +84,7 @@ impl ContentStore {
     /// `engine`, checked against its digest.
     pub async fn fetch(&self, source: &str, engine: &str) -> Result<Option<Vec<u8>>> {
         let mut content = ContentClient::new(self.channel.clone());
-        let filter = format!(
-            "labels.\"{SOURCE_LABEL}\"==\"{source}\",labels.\"{ENGINE_LABEL}\"==\"{engine}\""
-        );
+        let filter = format!("labels.\"{}\"==\"{engine}\"", source_label(source));
         let mut stream = content
             .list(self.request(
                 ListContentRequest {
@@ -244,10 +248,8 @@ impl ContentStore {
         lease: &str,
     ) -> Result<()> {
         let mut content = ContentClient::new(self.channel.clone());
-        let labels = HashMap::from([
-            (SOURCE_LABEL.to_string(), source.to_string()),
-            (ENGINE_LABEL.to_string(), engine.to_string()),
-        ]);
+        let label = source_label(source);
+        let labels = HashMap::from([(label.clone(), engine.to_string())]);
         let total = compiled.len() as i64;
         let mut msgs = Vec::new();
         let chunks: Vec<&[u8]> = compiled.chunks(CHUNK).collect();
@@ -280,10 +282,27 @@ impl ContentStore {
                     .is_some()
                 {}
             }
-            // The same bytes are there already (another shim kept them).
+            // The same bytes are there already (kept for this source or another one).
             Err(s) if s.code() == tonic::Code::AlreadyExists => {}
             Err(s) => return Err(anyhow!("writing the compiled module: {}", s.message())),
         }
+        // The label of this source, also on a blob that was already there.
+        content
+            .update(self.request(
+                UpdateRequest {
+                    info: Some(Info {
+                        digest: blob.to_string(),
+                        labels: labels.clone(),
+                        ..Default::default()
+                    }),
+                    update_mask: Some(prost_types::FieldMask {
+                        paths: vec![format!("labels.{label}")],
+                    }),
+                },
+                None,
+            ))
+            .await
+            .context("labelling the compiled module")?;
         // Tie the blob's life to the image's.
         let target = self.image_target(id).await?;
         let key = format!(
