@@ -512,19 +512,6 @@ fn appends(node: &mut Node, rounds: usize, seconds: &str) -> Vec<AppendRow> {
     out
 }
 
-/// The module with a custom section appended: the same program, a new digest.
-fn with_nonce(wasm: &[u8], nonce: u64) -> Vec<u8> {
-    let name = b"valet-nonce";
-    let payload = nonce.to_le_bytes();
-    let mut out = wasm.to_vec();
-    out.push(0);
-    out.push((1 + name.len() + payload.len()) as u8);
-    out.push(name.len() as u8);
-    out.extend_from_slice(name);
-    out.extend_from_slice(&payload);
-    out
-}
-
 /// One pod start: creates the container, then times `ctr tasks start` to the guest's
 /// `start` line; ms.
 fn start_once(node: &Node, image: &str, id: &str) -> Option<f64> {
@@ -578,7 +565,7 @@ fn pod_starts(node: &mut Node, n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>, usize
     let nonce = now_ns() as u64;
     for i in 0..n {
         let image = format!("docker.io/valet/cold-{i}:1");
-        node.import(&image, &with_nonce(&wasm, nonce ^ i as u64));
+        node.import(&image, &oci::with_nonce(&wasm, nonce ^ i as u64));
         cold.extend(start_once(node, &image, &format!("cold{i}")));
     }
     eprintln!("report: fleet: {n} warm pod starts");
@@ -765,8 +752,8 @@ mod tests {
     #[test]
     fn nonce_changes_the_module_but_keeps_it_valid() {
         let wasm = b"\0asm\x01\0\0\0".to_vec();
-        let a = with_nonce(&wasm, 1);
-        assert_ne!(a, with_nonce(&wasm, 2));
+        let a = oci::with_nonce(&wasm, 1);
+        assert_ne!(a, oci::with_nonce(&wasm, 2));
         assert!(wasmtime::Module::validate(&wasmtime::Engine::default(), &a).is_ok());
     }
 }

@@ -457,15 +457,44 @@ fn a_fresh_agent_loads_the_compiled_module_from_containerds_content_store() {
         "the image does not refer to {digest}:\n{content}"
     );
 
-    // A fresh agent: nothing in memory, no disk cache.
+    // The same program with another custom section: a module of its own, which compiles
+    // to the very bytes kept already (one blob, labelled for both sources).
+    let twin = "docker.io/valet/pod-writer-twin:1";
+    node.containerd.import(&oci::image_tar(
+        twin,
+        "wasip1",
+        "wasm",
+        &["/app.wasm"],
+        &[oci::File {
+            path: "app.wasm",
+            data: &oci::with_nonce(&pod_writer(), 7),
+            mode: 0o755,
+        }],
+    ));
+    let run_twin = |node: &Node, id: &str| {
+        node.containerd
+            .ctr_command(&["run", "--rm", "--runtime", RUNTIME])
+            .args(["--annotation", "valet.io/tenant=c", twin, id, "/app.wasm"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run_twin(&node, "t1");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A fresh agent: nothing in memory, no disk cache. Both images load compiled.
     node.stop_agent_and_mount();
     std::fs::remove_dir_all(node.device.with_extension("cache")).ok();
     node.agent = Some(Agent::start(&node.device, &node.socket));
     let out = node.run("c2", &[("valet.io/tenant", "c")], &[], &args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = run_twin(&node, "t2");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let log = node.agent.as_ref().unwrap().log_text();
     assert!(
-        log.contains("from containerd's content store") && !log.contains("compiled sha256:"),
+        log.matches("from containerd's content store").count() == 2
+            && !log.contains("compiled sha256:"),
         "{log}"
     );
 }

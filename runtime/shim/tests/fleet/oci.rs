@@ -181,3 +181,16 @@ pub fn wasm_artifact_tar(name: &str, wasm: &[u8]) -> Vec<u8> {
     }
     finish(out)
 }
+
+/// The module with a custom section appended: the same program, a new digest.
+pub fn with_nonce(wasm: &[u8], nonce: u64) -> Vec<u8> {
+    let name = b"valet-nonce";
+    let payload = nonce.to_le_bytes();
+    let mut out = wasm.to_vec();
+    out.push(0);
+    out.push((1 + name.len() + payload.len()) as u8);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&payload);
+    out
+}
