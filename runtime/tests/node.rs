@@ -117,6 +117,8 @@ fn create(id: &str, annotations: &[(&str, &str)], args: &[&str]) -> (Pod, FromAg
         env: vec![("POD_EXIT".into(), "0".into())],
         annotations,
         stdio: [false, true, true],
+        content_store: false,
+        module_fd: false,
     });
     let stdio = [None, Some(out_w), Some(err_w)];
     proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
@@ -241,6 +243,8 @@ fn bad_requests_fail_at_create_with_one_line() {
         env: vec![],
         annotations: BTreeMap::new(),
         stdio: [false, false, false],
+        content_store: false,
+        module_fd: false,
     });
     proto::send(
         &conn,

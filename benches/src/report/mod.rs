@@ -6,6 +6,7 @@
 //! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
 
 pub mod devices;
+pub mod fleet;
 pub mod markdown;
 pub mod parse;
 pub mod plots;
@@ -75,6 +76,9 @@ pub fn main(args: &[String]) -> i32 {
     }
     if args.first().map(String::as_str) == Some("rocksdb") {
         return rocksdb::main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("fleet") {
+        return fleet::main(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("probes") {
         return probes_main(&args[1..]);
@@ -223,6 +227,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     };
     write::report(&results, out)?;
     std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(out.join("fleet.md"), fleet::section(&runner, scale))
         .map_err(|e| e.to_string())?;
     devices::append(out)?;
     let _ = std::fs::remove_dir_all(&work);

@@ -26,13 +26,20 @@
 //!
 //! Kubernetes' pod sandbox (the pause container, annotation
 //! `io.kubernetes.cri.container-type: sandbox`) runs nothing: it lives until it is killed,
-//! which is all a pause process does. Images whose module comes as an OCI wasm layer
-//! (`application/wasm`) are not read yet: the module must be a file in the image's rootfs,
-//! named by the entrypoint (`Entrypoint: ["/app.wasm"]`).
+//! which is all a pause process does. The module is a file in the image's rootfs, named by
+//! the entrypoint (`Entrypoint: ["/app.wasm"]`), or, in the wasm OCI artifact form, the
+//! image's layer of media type `application/wasm` (containerd 1.7+; 1.6 cannot import such
+//! an image), read from containerd's content store.
+//!
+//! Compiled modules are kept in containerd's content store ([`content`]): the agent asks
+//! for one when it does not hold the module, and hands over what it compiled.
+
+pub mod content;
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -41,6 +48,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, Utc};
 use containerd_shimkit::sandbox::sync::WaitableCell;
 use containerd_shimkit::sandbox::{Error, Instance, InstanceConfig};
+use content::ContentStore;
 use oci_spec::runtime::Spec;
 use valet_runtime::node::pod::PodConfig;
 use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
@@ -118,7 +126,7 @@ impl Instance for ValetInstance {
         if annotations.get(CONTAINER_TYPE).map(String::as_str) == Some("sandbox") {
             return Ok(instance(None));
         }
-        match create(&id, cfg, &spec, annotations) {
+        match create(&id, cfg, &spec, annotations).await {
             Ok(conn) => Ok(instance(Some(conn))),
             Err(e) => {
                 let line = one_line(&e);
@@ -211,7 +219,7 @@ impl Instance for ValetInstance {
 }
 
 /// Reads what the container runs, checks it, and has the agent prepare it.
-fn create(
+async fn create(
     id: &str,
     cfg: &InstanceConfig,
     spec: &Spec,
@@ -249,6 +257,28 @@ fn create(
     } else {
         cfg.bundle.join(root.path())
     };
+    // Connected on first need: a module the agent holds, in the rootfs, needs no content
+    // store.
+    let mut store: Option<ContentStore> = None;
+    // The module is a file of the rootfs, or (the wasm OCI artifact form, which containerd
+    // 1.7+ leaves out of the rootfs) the image's wasm layer.
+    let in_rootfs = rootfs
+        .join(module.trim_start_matches('/'))
+        .symlink_metadata()
+        .is_ok();
+    let mut module_file = None;
+    if !in_rootfs {
+        let layer = match content_store(&mut store, cfg).await {
+            Ok(s) => s.wasm_layer(id).await,
+            Err(e) => Err(e),
+        };
+        match layer {
+            Ok(Some(bytes)) => module_file = Some(proto::memfd_with(&bytes)?),
+            // The agent says the module is missing.
+            Ok(None) => {}
+            Err(e) => log::warn!("no wasm layer read from containerd's content store: {e:#}"),
+        }
+    }
     let rootfs = File::open(&rootfs)
         .with_context(|| format!("cannot open the rootfs {}", rootfs.display()))?;
     let stdio = [
@@ -270,17 +300,62 @@ fn create(
         env,
         annotations,
         stdio: [stdio[0].is_some(), stdio[1].is_some(), stdio[2].is_some()],
+        content_store: true,
+        module_fd: module_file.is_some(),
     });
-    proto::send(
-        &conn,
-        &request,
-        &valet_runtime::node::create_fds(&rootfs, &stdio),
-    )
-    .context("sending the container to the node agent")?;
-    match proto::recv::<FromAgent>(&conn).context("waiting for the node agent")? {
-        Some((FromAgent::Created, _)) => Ok(conn),
-        Some((FromAgent::Failed { message }, _)) => Err(anyhow!(message)),
-        Some((other, _)) => bail!("the node agent answered {other:?} to create"),
-        None => bail!("the node agent closed the connection while creating the container"),
+    let mut fds = valet_runtime::node::create_fds(&rootfs, &stdio);
+    fds.extend(module_file.as_ref().map(|f| f.as_fd()));
+    proto::send(&conn, &request, &fds).context("sending the container to the node agent")?;
+    loop {
+        match proto::recv::<FromAgent>(&conn).context("waiting for the node agent")? {
+            Some((FromAgent::Lookup { source, engine }, _)) => {
+                let found = match content_store(&mut store, cfg).await {
+                    Ok(s) => s.fetch(&source, &engine).await,
+                    Err(e) => Err(e),
+                };
+                let file = match found {
+                    Ok(Some(data)) => Some(proto::memfd_with(&data)?),
+                    Ok(None) => None,
+                    Err(e) => {
+                        log::warn!("no compiled module from containerd's content store: {e:#}");
+                        None
+                    }
+                };
+                let fds: Vec<_> = file.iter().map(|f| f.as_fd()).collect();
+                proto::send(&conn, &ToAgent::Precompiled, &fds)
+                    .context("answering the node agent")?;
+            }
+            Some((FromAgent::Compiled { source, engine }, fds)) => {
+                let Some(fd) = fds.into_iter().next() else {
+                    bail!("the node agent sent no compiled module");
+                };
+                let data = proto::read_all(&File::from(fd))?;
+                let kept = match content_store(&mut store, cfg).await {
+                    Ok(s) => s.keep(id, &source, &engine, &data).await,
+                    Err(e) => Err(e),
+                };
+                // A compiled module not kept costs a compilation later, not this pod.
+                if let Err(e) = kept {
+                    log::warn!(
+                        "compiled module of {source} not kept in containerd's content store: {e:#}"
+                    );
+                }
+            }
+            Some((FromAgent::Created, _)) => return Ok(conn),
+            Some((FromAgent::Failed { message }, _)) => return Err(anyhow!(message)),
+            Some((other, _)) => bail!("the node agent answered {other:?} to create"),
+            None => bail!("the node agent closed the connection while creating the container"),
+        }
     }
+}
+
+/// containerd's content store for this container's namespace, connected once.
+async fn content_store<'a>(
+    store: &'a mut Option<ContentStore>,
+    cfg: &InstanceConfig,
+) -> Result<&'a ContentStore> {
+    if store.is_none() {
+        *store = Some(ContentStore::connect(&cfg.containerd_address, &cfg.namespace).await?);
+    }
+    Ok(store.as_ref().expect("just set"))
 }

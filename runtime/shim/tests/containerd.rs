@@ -429,3 +429,150 @@ fn shim_pids(c: &Containerd) -> Vec<i32> {
     }
     pids
 }
+
+/// A module compiled once is kept in containerd's content store beside its image: an agent
+/// that never saw it (restarted, with its wasmtime disk cache gone) loads it compiled.
+#[test]
+fn a_fresh_agent_loads_the_compiled_module_from_containerds_content_store() {
+    if !fleet::available() {
+        return;
+    }
+    let mut node = Node::start();
+    let args = ["c", "/data", "1", "430"];
+    let out = node.run("c1", &[("valet.io/tenant", "c")], &[], &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(log.contains("valet-run node: compiled sha256:"), "{log}");
+    // The blob, labelled with its source, and the image's target holding it for the GC.
+    let content = node.containerd.ctr_ok(&["content", "ls"]);
+    let blob = content
+        .lines()
+        .find(|l| l.contains("valet.io/precompiled."))
+        .unwrap_or_else(|| panic!("no compiled module in the content store:\n{content}"));
+    let digest = blob.split_whitespace().next().unwrap();
+    assert!(
+        content.lines().any(
+            |l| l.contains("containerd.io/gc.ref.content.valet.precompiled.") && l.contains(digest)
+        ),
+        "the image does not refer to {digest}:\n{content}"
+    );
+
+    // The same program with another custom section: a module of its own, which compiles
+    // to the very bytes kept already (one blob, labelled for both sources).
+    let twin = "docker.io/valet/pod-writer-twin:1";
+    node.containerd.import(&oci::image_tar(
+        twin,
+        "wasip1",
+        "wasm",
+        &["/app.wasm"],
+        &[oci::File {
+            path: "app.wasm",
+            data: &oci::with_nonce(&pod_writer(), 7),
+            mode: 0o755,
+        }],
+    ));
+    let run_twin = |node: &Node, id: &str| {
+        node.containerd
+            .ctr_command(&["run", "--rm", "--runtime", RUNTIME])
+            .args(["--annotation", "valet.io/tenant=c", twin, id, "/app.wasm"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run_twin(&node, "t1");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A fresh agent: nothing in memory, no disk cache. Both images load compiled.
+    node.stop_agent_and_mount();
+    std::fs::remove_dir_all(node.device.with_extension("cache")).ok();
+    node.agent = Some(Agent::start(&node.device, &node.socket));
+    let out = node.run("c2", &[("valet.io/tenant", "c")], &[], &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = run_twin(&node, "t2");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(
+        log.matches("from containerd's content store").count() == 2
+            && !log.contains("compiled sha256:"),
+        "{log}"
+    );
+}
+
+/// containerd 1.7+ for the wasm OCI artifact form: `$VALET_CONTAINERD17` (a directory
+/// holding its `containerd` and `ctr`), else where `.ci/setup-fleet` unpacks Debian
+/// trixie's 1.7 (`~/.cache/valet-fleet/containerd-1.7/usr/bin`).
+fn containerd17() -> Option<std::path::PathBuf> {
+    let dir = match std::env::var_os("VALET_CONTAINERD17") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?
+            .join("valet-fleet/containerd-1.7/usr/bin"),
+    };
+    dir.join("containerd").is_file().then_some(dir)
+}
+
+/// The wasm OCI artifact form (the module as an `application/wasm` layer, no filesystem
+/// layer) runs under containerd 1.7: the shim reads the module from containerd's content
+/// store. (Debian bookworm's containerd 1.6 cannot import such an image.)
+#[test]
+fn a_wasm_artifact_image_runs_under_containerd_17() {
+    if !fleet::available() {
+        return;
+    }
+    let Some(bin) = containerd17() else {
+        let why = "no containerd 1.7 (bash .ci/setup-fleet, or VALET_CONTAINERD17=DIR)";
+        if std::env::var_os("VALET_REQUIRE_FLEET").is_some_and(|v| v == "1") {
+            panic!("VALET_REQUIRE_FLEET=1 but {why}");
+        }
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("valet-art")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let device = dir.path().join("store");
+    let socket = dir.path().join("node.sock");
+    let agent = Agent::start(&device, &socket);
+    let containerd = Containerd::start_from(
+        Some(&bin),
+        Path::new(env!("CARGO_BIN_EXE_containerd-shim-valet-v1")),
+        &socket,
+        "",
+    );
+    let image = "docker.io/valet/pod-writer-artifact:1";
+    containerd.import(&oci::wasm_artifact_tar(image, &pod_writer()));
+    let out = containerd
+        .ctr_command(&["run", "--rm", "--runtime", RUNTIME])
+        .args(["--annotation", "valet.io/tenant=art"])
+        .args([image, "art1", "/app.wasm", "wart", "/data", "20", "430"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\ncontainerd:\n{}\nagent:\n{}",
+        text(&out),
+        containerd.log_tail(),
+        agent.log_text()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok 20"),
+        "{}",
+        text(&out)
+    );
+    drop(containerd);
+    agent.kill();
+    let store = device_spec_mount(&device);
+    assert_eq!(records(&store, "art", "wart"), 20);
+    assert!(store.fsck().unwrap().is_clean());
+}
+
+fn device_spec_mount(dir: &Path) -> valet_vfs::Store {
+    device(dir)
+        .mount_existing()
+        .expect("mounting the node store")
+}

@@ -14,10 +14,11 @@
 //! The containerd shim (`containerd-shim-valet-v1`, crate `valet-shim`) runs nothing
 //! itself: it reads the container's OCI spec and annotations, then hands the agent, over a
 //! Unix socket ([`proto`]), the module's path, args, env, the `valet.io/*` settings, the
-//! rootfs directory and stdio as open descriptors. The agent compiles the module (once per
-//! distinct module: compiled modules are kept in memory by digest, and on disk in
-//! wasmtime's cache, so a second pod of an image, or a restarted agent, does not compile
-//! again), and runs it with:
+//! rootfs directory and stdio as open descriptors. The agent compiles the module once per
+//! distinct module: compiled modules are kept in memory by digest, in containerd's content
+//! store beside the image (the shim fetches and keeps them there, see [`proto`]: a pod of an
+//! image compiled before, by this agent or one before a restart, loads the compiled code),
+//! and in wasmtime's disk cache. It runs the guest with:
 //!
 //! - the pod's `valet.io/mounts` (default `/data`) as store directories of its tenant,
 //!   under its policy, within its quota ([`quota`]: ENOSPC past it);
@@ -180,7 +181,7 @@ impl Agent {
             }
         };
         let id = create.id.clone();
-        let mut prepared = match self.prepare(create, fds) {
+        let mut prepared = match self.prepare(create, fds, &conn) {
             Ok(p) => p,
             Err(e) => {
                 reply(&conn, &failed(e.context(format!("container {id}"))));
@@ -266,7 +267,7 @@ impl Agent {
 
     /// Checks a container's request and makes everything it needs: its tenant, policy,
     /// quota, store directories, compiled module, rootfs and stdio.
-    fn prepare(&self, req: Create, fds: Vec<OwnedFd>) -> Result<Prepared> {
+    fn prepare(&self, req: Create, fds: Vec<OwnedFd>, conn: &UnixStream) -> Result<Prepared> {
         let config = PodConfig::from_annotations(&req.id, &req.annotations)?;
         let mut fds = fds.into_iter();
         let rootfs = fds.next().context("the shim sent no rootfs descriptor")?;
@@ -279,6 +280,12 @@ impl Agent {
                 *slot = Some(Arc::new(File::from(fd)));
             }
         }
+        let module_file = match req.module_fd {
+            true => Some(File::from(
+                fds.next().context("the shim sent no module descriptor")?,
+            )),
+            false => None,
+        };
         let rootfs = cap_std::fs::Dir::from_std_file(File::from(rootfs));
         // A policy is named, never a file: pods must not make the agent read host paths.
         self.registry.module(&config.policy).map_err(|_| {
@@ -294,7 +301,11 @@ impl Agent {
             Some(limit) => Some(self.quota(&config.tenant, root, limit)),
             None => None,
         };
-        let module = self.module(&rootfs, &req.module)?;
+        let bytes = match &module_file {
+            Some(f) => proto::read_all(f).context("reading the module the shim sent")?,
+            None => read_module(&rootfs, &req.module)?,
+        };
+        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
         let mut preopens = Vec::new();
         for mount in &config.mounts {
             let ino = mkdirs(&self.store, root, mount)
@@ -329,16 +340,11 @@ impl Agent {
         q.clone()
     }
 
-    /// The compiled module at `path` in the rootfs, compiled once per distinct content.
-    fn module(&self, rootfs: &cap_std::fs::Dir, path: &str) -> Result<Module> {
-        let rel = path.trim_start_matches('/');
-        if rel.is_empty() {
-            bail!("no module: the container's first argument must be the .wasm file's path");
-        }
-        let bytes = rootfs
-            .read(rel)
-            .with_context(|| format!("cannot read the module {path} in the container's rootfs"))?;
-        let key: [u8; 32] = Sha256::digest(&bytes).into();
+    /// The compiled module of `bytes` (named `path`), compiled once per distinct content:
+    /// from memory, else from containerd's content store through the shim (`shim`, when it
+    /// can reach it), else compiled here (and handed to the shim to keep).
+    fn module(&self, bytes: &[u8], path: &str, shim: Option<&UnixStream>) -> Result<Module> {
+        let key: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(m) = self
             .modules
             .lock()
@@ -347,8 +353,31 @@ impl Agent {
         {
             return Ok(m.clone());
         }
-        let module = Module::new(&self.engine, &bytes)
-            .map_err(|e| anyhow!("{path}: not a valid WebAssembly module: {e:#}"))?;
+        let source = format!(
+            "sha256:{}",
+            key.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let engine = engine_tag(&self.engine);
+        let kept = match shim {
+            Some(conn) => self.precompiled(conn, &source, &engine)?,
+            None => None,
+        };
+        let module = match kept {
+            Some(m) => m,
+            None => {
+                let start = std::time::Instant::now();
+                let module = Module::new(&self.engine, bytes)
+                    .map_err(|e| anyhow!("{path}: not a valid WebAssembly module: {e:#}"))?;
+                eprintln!(
+                    "valet-run node: compiled {source} in {} ms",
+                    start.elapsed().as_millis()
+                );
+                if let Some(conn) = shim {
+                    hand_over(conn, &module, source, engine)?;
+                }
+                module
+            }
+        };
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if modules.len() >= MAX_MODULES {
             modules.clear();
@@ -356,6 +385,78 @@ impl Agent {
         modules.insert(key, module.clone());
         Ok(module)
     }
+
+    /// Asks the shim for the module compiled from `source`; `None` when containerd's
+    /// content store has none, or one this engine cannot load (then it is compiled again).
+    fn precompiled(&self, conn: &UnixStream, source: &str, engine: &str) -> Result<Option<Module>> {
+        let ask = FromAgent::Lookup {
+            source: source.to_string(),
+            engine: engine.to_string(),
+        };
+        proto::send(conn, &ask, &[]).context("asking the shim for a compiled module")?;
+        let fds = match proto::recv::<ToAgent>(conn).context("waiting for the shim")? {
+            Some((ToAgent::Precompiled, fds)) => fds,
+            Some((other, _)) => bail!("the shim answered {other:?} to a module lookup"),
+            None => bail!("the shim closed the connection"),
+        };
+        let Some(fd) = fds.into_iter().next() else {
+            return Ok(None);
+        };
+        let data = proto::read_all(&File::from(fd)).context("reading a compiled module")?;
+        // SAFETY: the bytes are what an agent's `Module::serialize` wrote, kept in
+        // containerd's content store (root's) under the digest of their source and checked
+        // against their own digest by the shim as they were read; wasmtime refuses code of
+        // another version or configuration, which is then compiled afresh.
+        match unsafe { Module::deserialize(&self.engine, &data) } {
+            Ok(m) => {
+                eprintln!(
+                    "valet-run node: loaded {source} compiled, from containerd's content store"
+                );
+                Ok(Some(m))
+            }
+            Err(e) => {
+                eprintln!(
+                    "valet-run node: the compiled module of {source} does not load here ({e:#}); compiling it"
+                );
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The module at `path` in the container's rootfs.
+fn read_module(rootfs: &cap_std::fs::Dir, path: &str) -> Result<Vec<u8>> {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        bail!("no module: the container's first argument must be the .wasm file's path");
+    }
+    rootfs
+        .read(rel)
+        .with_context(|| format!("cannot read the module {path} in the container's rootfs"))
+}
+
+/// Hands a module compiled here to the shim, to keep in containerd's content store.
+fn hand_over(conn: &UnixStream, module: &Module, source: String, engine: String) -> Result<()> {
+    let data = module
+        .serialize()
+        .map_err(|e| anyhow!("serializing a compiled module: {e:#}"))?;
+    let file = proto::memfd_with(&data).context("a memory file for a compiled module")?;
+    proto::send(
+        conn,
+        &FromAgent::Compiled { source, engine },
+        &[file.as_fd()],
+    )
+    .context("handing the compiled module to the shim")
+}
+
+/// What a compiled module must have been made by to load here: this wasmtime with this
+/// configuration, for this machine (wasmtime's own compatibility hash).
+pub fn engine_tag(engine: &Engine) -> String {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same tag in every process of this build.
+    let mut h = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    format!("wasmtime-{:016x}", h.finish())
 }
 
 /// The store directory for guest path `mount` under a tenant's root (`/var/log` is

@@ -9,6 +9,12 @@
 //! answers [`FromAgent::Started`] and runs the guest, and later [`FromAgent::Exited`] (or
 //! `Failed` for a failure of ours). [`ToAgent::Kill`] may come at any time. The connection
 //! closing on the shim's side stops the guest, as a kill does.
+//!
+//! Compiled modules: a shim that can reach containerd's content store says so
+//! ([`Create::content_store`]). Then, before `Created`, an agent that does not hold the
+//! module compiled asks for it ([`FromAgent::Lookup`]; the shim answers
+//! [`ToAgent::Precompiled`] with the compiled module as a descriptor, or without one), and
+//! one that had to compile it hands the result over to be kept ([`FromAgent::Compiled`]).
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -29,9 +35,13 @@ pub const DEFAULT_SOCKET: &str = "/run/valet/node.sock";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ToAgent {
     /// Prepare a container. Descriptors: the rootfs directory, then those of stdin,
-    /// stdout and stderr that `stdio` marks present, in that order.
+    /// stdout and stderr that `stdio` marks present, in that order, then the module when
+    /// [`Create::module_fd`] says so.
     Create(Create),
     Start,
+    /// The answer to [`FromAgent::Lookup`]: one descriptor with the module as the agent's
+    /// engine serialized it, or none when the content store has none.
+    Precompiled,
     /// Stop the guest as this signal would stop a process.
     Kill {
         signal: i32,
@@ -52,10 +62,28 @@ pub struct Create {
     pub annotations: BTreeMap<String, String>,
     /// Which of stdin, stdout and stderr come as descriptors after the rootfs.
     pub stdio: [bool; 3],
+    /// The shim fetches and keeps compiled modules in containerd's content store.
+    #[serde(default)]
+    pub content_store: bool,
+    /// The module comes as the last descriptor (the image's wasm layer, OCI media type
+    /// `application/wasm`), not from the rootfs; `module` then only names it.
+    #[serde(default)]
+    pub module_fd: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum FromAgent {
+    /// Is the module whose source has this digest (`sha256:HEX`) kept compiled by an
+    /// engine of this tag? (Answered with [`ToAgent::Precompiled`].)
+    Lookup {
+        source: String,
+        engine: String,
+    },
+    /// The module was compiled here: one descriptor with it serialized, to keep.
+    Compiled {
+        source: String,
+        engine: String,
+    },
     Created,
     Started,
     Exited {
@@ -65,6 +93,28 @@ pub enum FromAgent {
     Failed {
         message: String,
     },
+}
+
+/// An anonymous in-memory file holding `data`, to pass as a descriptor.
+pub fn memfd_with(data: &[u8]) -> io::Result<std::fs::File> {
+    // SAFETY: a valid C string; the returned descriptor is checked and then owned.
+    let fd = unsafe { libc::memfd_create(c"valet-module".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(data)?;
+    Ok(file)
+}
+
+/// All bytes of a passed file, from its start whatever its offset.
+pub fn read_all(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len() as usize;
+    let mut data = vec![0; len];
+    file.read_exact_at(&mut data, 0)?;
+    Ok(data)
 }
 
 /// Sends one message with `fds` attached.
@@ -196,6 +246,8 @@ mod tests {
             env: vec![("K".into(), "V".into())],
             annotations: [("valet.io/tenant".to_string(), "t".to_string())].into(),
             stdio: [false, true, false],
+            content_store: false,
+            module_fd: false,
         });
         send(&a, &msg, &[w.as_fd()]).unwrap();
         send(&a, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
@@ -215,6 +267,18 @@ mod tests {
         assert_eq!(got, ToAgent::Kill { signal: 9 });
         assert!(fds.is_empty());
         assert!(recv::<ToAgent>(&b).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_memfd_carries_bytes_whatever_its_offset() {
+        let f = memfd_with(b"compiled").unwrap();
+        assert_eq!(read_all(&f).unwrap(), b"compiled");
+        // A create from an older shim (no content_store field) still parses.
+        let old = r#"{"Create":{"id":"c","module":"/m","args":[],"env":[],"annotations":{},"stdio":[false,false,false]}}"#;
+        let ToAgent::Create(c) = serde_json::from_str::<ToAgent>(old).unwrap() else {
+            panic!("not a create");
+        };
+        assert!(!c.content_store && !c.module_fd);
     }
 
     #[test]

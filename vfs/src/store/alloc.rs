@@ -25,11 +25,12 @@ pub(super) struct Reserved {
     pub blocks: u32,
 }
 
-/// How many times (of 1 ms at most) an allocation waits for zones in use to become
-/// resettable before it looks for space elsewhere. A thread never waits on its own pin (a
-/// flush records each piece before it allocates the next), so the bound only guards
-/// against a bug turning into a hang.
-const MAX_INFLIGHT_WAITS: u32 = 10_000;
+/// How long an allocation waits for work in flight (writes, resets, a GC pass, pinned
+/// zones) to give it room before it looks for space elsewhere and may report ENOSPC. A
+/// time, not a count of wake-ups: on a busy store, wake-ups come by the thousand a second.
+/// A thread never waits on its own pin (a flush records each piece before it allocates the
+/// next), so the bound only guards against a bug turning into a hang.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Work an allocation needs done outside the lock before it can succeed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,12 +54,12 @@ impl Store {
         want: u32,
         for_gc: bool,
     ) -> Result<Reserved> {
-        // Waits for pinned zones to become resettable (bounded, see MAX_INFLIGHT_WAITS).
-        let mut waits = 0;
+        // Waits for work in flight (bounded, see PATIENCE).
+        let started = std::time::Instant::now();
         loop {
             let need = {
                 let mut inner = self.lock()?;
-                let patient = waits < MAX_INFLIGHT_WAITS;
+                let patient = started.elapsed() < PATIENCE;
                 match inner.try_allocate(key, hint, want, for_gc, patient)? {
                     Ok(r) => {
                         self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
@@ -72,7 +73,6 @@ impl Store {
                     Err(need) => match need {
                         Need::InFlight => {
                             // Pins drop without the lock, so wait a little at most.
-                            waits += 1;
                             let wait = std::time::Duration::from_millis(1);
                             drop(self.shared.changed.wait_timeout(inner, wait));
                             continue;
@@ -82,7 +82,7 @@ impl Store {
                 }
             };
             match need {
-                Need::Commit => self.commit()?,
+                Need::Commit => self.commit_for_resets()?,
                 Need::Collect => {
                     self.shared.reclaimer.wake();
                     if self.collect(false)? {
@@ -150,7 +150,7 @@ impl Inner {
                 blocks,
             })));
         }
-        self.retire_full_heads();
+        self.retire_full_heads()?;
         match self.reset_need() {
             Some(Need::InFlight) if !patient => {}
             Some(need) => return Ok(Err(need)),
@@ -166,7 +166,7 @@ impl Inner {
         if !for_gc && patient && self.victim_in_use() {
             return Ok(Err(Need::InFlight));
         }
-        if self.retire_empty_heads() {
+        if self.retire_empty_heads()? {
             return Ok(Err(Need::Commit));
         }
         if self.seal_pending.iter().any(|&s| s) {
@@ -244,13 +244,13 @@ impl Inner {
         };
         let wp = self.wp[head.zone as usize];
         if wp >= cap || self.fault[head.zone as usize] {
-            self.retire_head(key);
+            self.retire_head(key)?;
             return Ok(None);
         }
         if !head.accepts(hint) && wp > 0 {
             // The policy wants this lifetime group apart: seal the zone.
             self.seal(head.zone)?;
-            self.retire_head(key);
+            self.retire_head(key)?;
             return Ok(None);
         }
         self.heads.get_mut(&key).expect("head").group = hint.group;
@@ -324,7 +324,7 @@ impl Inner {
                 ));
             };
             self.seal(zone)?;
-            self.retire_head(victim_key);
+            self.retire_head(victim_key)?;
             if self.seal_pending[zone as usize] {
                 return Ok(Err(Need::InFlight));
             }
@@ -393,7 +393,7 @@ impl Inner {
 
     /// Retires the head zones that hold no live data (their space is needed elsewhere);
     /// returns whether there were any.
-    fn retire_empty_heads(&mut self) -> bool {
+    fn retire_empty_heads(&mut self) -> Result<bool> {
         let empty: Vec<StreamKey> = self
             .heads
             .iter()
@@ -403,14 +403,14 @@ impl Inner {
             .map(|(k, _)| *k)
             .collect();
         for key in &empty {
-            self.retire_head(*key);
+            self.retire_head(*key)?;
         }
-        !empty.is_empty()
+        Ok(!empty.is_empty())
     }
 
     /// Retires the head zones that are full: a stream retires its head when it next writes,
     /// but a stream that stopped writing would keep a full zone out of GC's reach forever.
-    pub(super) fn retire_full_heads(&mut self) {
+    pub(super) fn retire_full_heads(&mut self) -> Result<()> {
         let cap = self.blocks_per_zone();
         let full: Vec<StreamKey> = self
             .heads
@@ -419,17 +419,32 @@ impl Inner {
             .map(|(k, _)| *k)
             .collect();
         for key in full {
-            self.retire_head(key);
+            self.retire_head(key)?;
+        }
+        Ok(())
+    }
+
+    /// Stops appending to `key`'s head zone (see [`Inner::retire_zone`]).
+    pub(super) fn retire_head(&mut self, key: StreamKey) -> Result<()> {
+        match self.heads.remove(&key) {
+            Some(head) => self.retire_zone(head.zone),
+            None => Ok(()),
         }
     }
 
-    /// Stops appending to `key`'s head zone; if none of its data is live any more, it is
-    /// reset after the next commit.
-    pub(super) fn retire_head(&mut self, key: StreamKey) {
-        if let Some(head) = self.heads.remove(&key) {
-            if self.state.zones.valid_blocks(head.zone) == 0 {
-                self.to_reset.insert(head.zone);
-            }
+    /// A data zone nobody appends to any more: reset after the next commit if none of its
+    /// data is live or on its way (a write in flight, or written and not yet recorded: its
+    /// writer still pins the zone), else sealed, so that GC can collect it. A zone left
+    /// half written and unsealed could be neither collected nor reset: its space would be
+    /// lost until the next mount.
+    pub(super) fn retire_zone(&mut self, zone: ZoneId) -> Result<()> {
+        let z = zone as usize;
+        let idle = self.pins[z].load(Ordering::Acquire) == 0 && self.written[z] == self.wp[z];
+        if idle && self.state.zones.valid_blocks(zone) == 0 {
+            self.to_reset.insert(zone);
+            Ok(())
+        } else {
+            self.seal(zone)
         }
     }
 

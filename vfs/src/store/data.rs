@@ -79,7 +79,7 @@ impl Store {
             inner.write_conventional(ino, data, at)?;
             return Ok(at);
         }
-        let key = StreamKey { tenant, stream };
+        let key = StreamKey::user(tenant, stream);
         inner.counters.streams.entry(key).or_default().host += data.len() as u64;
         if inner.copy_into_window(ino, data, at)? {
             return Ok(at);
@@ -341,10 +341,7 @@ impl Store {
         let (key, hint, bs) = {
             let inner = self.lock()?;
             let inode = inner.state.inode(ino)?;
-            let key = StreamKey {
-                tenant: inode.tenant,
-                stream: inode.hint.stream,
-            };
+            let key = StreamKey::user(inode.tenant, inode.hint.stream);
             let mut hint = inode.hint;
             let stream_bytes = inner.counters.streams.get(&key).map_or(0, |c| c.host);
             hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);

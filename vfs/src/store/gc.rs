@@ -1,5 +1,6 @@
 //! Garbage collection: migrate the valid extents of the zone with the fewest valid blocks
-//! into the same stream's head zone; the victim is reset once the move is durable.
+//! into the tenant's GC stream ([`StreamKey::gc`]); the victim is reset once the move is
+//! durable.
 //!
 //! A pass plans under the store's lock (victim, extents to move), then reads and writes
 //! with no lock held. Every extent is read with the units that cover it and checked
@@ -13,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::extent_map::Extent;
 use super::state::{Ino, MetaOp};
-use super::zone_map::ZoneUse;
+use super::zone_map::{StreamKey, ZoneUse};
 use super::{Inner, Store};
 use crate::device::ZoneId;
 use crate::hint::Hint;
@@ -46,7 +47,8 @@ impl Inner {
         let heads: Vec<ZoneId> = self.heads.values().map(|h| h.zone).collect();
         (0..self.state.geometry.zone_count)
             .filter(|z| matches!(self.state.zones.owner[*z as usize], Some(ZoneUse::Data(_))))
-            .filter(|z| !heads.contains(z) && !self.to_reset.contains(z))
+            .filter(|z| !heads.contains(z))
+            .filter(|z| !self.to_reset.contains(z) && !self.resetting.contains(z))
             .filter(|z| !self.damaged.contains(z) && self.collecting != Some(*z))
             .filter(|z| self.wp[*z as usize] >= cap && self.written[*z as usize] >= cap)
             .filter(|z| with_pinned || self.pins[*z as usize].load(Ordering::Acquire) == 0)
@@ -62,10 +64,11 @@ impl Inner {
         self.victim_among(min_gain, false)
     }
 
-    /// Whether a victim would be there once the zones in use now are let go (the moment a
-    /// writer records its extent or a reader is done): worth waiting for, not ENOSPC.
+    /// Whether a victim is there counting zones in use now, which are let go the moment a
+    /// writer records its extent or a reader is done: worth waiting for, not ENOSPC. (Pins
+    /// drop without the lock: one may have dropped since [`Inner::gc_victim`] looked.)
     pub(super) fn victim_in_use(&self) -> bool {
-        self.gc_victim(1).is_none() && self.victim_among(1, true).is_some()
+        self.victim_among(1, true).is_some()
     }
 
     fn victim_among(&self, min_gain: u64, with_pinned: bool) -> Option<ZoneId> {
@@ -83,7 +86,7 @@ impl Inner {
             .map(|(z, _)| z)
     }
 
-    /// Blocks a pass collecting `victim` can copy into: what is left of its stream's head
+    /// Blocks a pass collecting `victim` can copy into: what is left of its tenant's GC
     /// zone, plus a zone if one is free. A pass must be able to finish, or it would take
     /// space and free none.
     fn gc_room(&self, victim: ZoneId) -> u64 {
@@ -93,7 +96,7 @@ impl Inner {
         };
         let head = self
             .heads
-            .get(&key)
+            .get(&StreamKey::gc(key.tenant))
             .map_or(0, |h| cap.saturating_sub(self.wp[h.zone as usize]));
         head + if self.free.is_empty() { 0 } else { cap }
     }
@@ -116,31 +119,36 @@ impl Store {
             } else {
                 1
             };
-            inner.retire_full_heads();
+            inner.retire_full_heads()?;
             let Some(victim) = inner.gc_victim(min_gain) else {
                 return Ok(false);
             };
             let Some(ZoneUse::Data(key)) = inner.state.zones.owner[victim as usize] else {
                 return Ok(false);
             };
-            // Moved data joins the stream's current group, so that the next write of the
-            // stream does not take it for a group change and seal the zone it just filled.
-            let group = inner
-                .current_group
-                .get(&key)
-                .copied()
-                .or_else(|| inner.heads.get(&key).map(|h| h.group))
-                .unwrap_or(0);
-            let hint = Hint {
-                group,
-                ..Hint::zoned(key.stream)
-            };
+            // Moved data goes to the tenant's GC stream (see [`StreamKey::gc`]).
+            let hint = Hint::zoned(StreamKey::GC_STREAM);
             inner.collecting = Some(victim);
             (victim, key, hint)
         };
         let moved = self.empty_victim(victim, key, &hint);
         if let Ok(mut inner) = self.lock() {
             inner.collecting = None;
+            // Usually the last moved extent's record put the victim on the reset list; a
+            // victim whose data had all died before the pass (so no record emptied it) goes
+            // there now, or passes would pick it again and again.
+            // (Unless that record's commit already reset the zone and it is in use again.)
+            let z = victim as usize;
+            let still_sealed = inner.wp[z] >= inner.state.geometry.blocks_per_zone()
+                && !inner.free.contains(&victim)
+                && !inner.resetting.contains(&victim)
+                && !inner.heads.values().any(|h| h.zone == victim);
+            if still_sealed
+                && inner.state.zones.valid_blocks(victim) == 0
+                && !inner.damaged.contains(&victim)
+            {
+                inner.to_reset.insert(victim);
+            }
         }
         self.notify();
         moved?;
@@ -152,12 +160,7 @@ impl Store {
     /// overwritten) is still in the victim: the next round moves it. Had a pass stopped
     /// with data left, it would have spent room and freed no zone: on a nearly full device,
     /// that is how the GC reserve runs out.
-    fn empty_victim(
-        &self,
-        victim: ZoneId,
-        key: super::zone_map::StreamKey,
-        hint: &Hint,
-    ) -> Result<()> {
+    fn empty_victim(&self, victim: ZoneId, key: StreamKey, hint: &Hint) -> Result<()> {
         // No writer adds to a sealed zone, so each round has less to do unless the
         // application overwrites exactly what is being copied, round after round; the
         // bound keeps such a pass from running forever (the zone is simply chosen again).
@@ -186,7 +189,7 @@ impl Store {
     fn move_extents(
         &self,
         victim: ZoneId,
-        key: super::zone_map::StreamKey,
+        key: StreamKey,
         hint: &Hint,
         mut moving: Vec<(Ino, u64, Extent)>,
     ) -> Result<bool> {
@@ -217,7 +220,7 @@ impl Store {
             };
             let mut done = 0u32;
             while done < ext.len {
-                let r = self.allocate(key, hint, ext.len - done, true)?;
+                let r = self.allocate(StreamKey::gc(key.tenant), hint, ext.len - done, true)?;
                 let range = (done as u64 * bs) as usize..((done + r.blocks) as u64 * bs) as usize;
                 let bytes = &data[range];
                 let crc = match self.write_blocks(r, bytes) {

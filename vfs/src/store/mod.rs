@@ -550,6 +550,14 @@ impl Store {
             .map_err(Error::Stopped)
     }
 
+    /// A commit led even when every change is durable already: zones wait on the reset
+    /// list for a commit (only a commit's leader resets them), and one whose data died
+    /// before a commit took it there would otherwise wait for the next change.
+    fn commit_for_resets(&self) -> Result<()> {
+        self.lock()?.changes += 1;
+        self.commit()
+    }
+
     /// One commit as the leader: take the pending operations, write them, flush, then reset
     /// the zones whose death is now durable.
     fn lead_commit(&self) -> Led {
@@ -624,7 +632,13 @@ impl Store {
             let mut ready = Vec::new();
             for &zone in &zones {
                 let z = zone as usize;
-                if inner.state.zones.valid_blocks(zone) != 0 || inner.free.contains(&zone) {
+                if inner.free.contains(&zone) {
+                    continue;
+                }
+                if inner.state.zones.valid_blocks(zone) != 0 {
+                    // Live again (a write that was in flight when the zone was retired
+                    // has been recorded): GC collects it once it is sealed.
+                    inner.seal(zone)?;
                     continue;
                 }
                 debug_assert!(!inner.heads.values().any(|h| h.zone == zone));

@@ -142,7 +142,7 @@ impl Store {
             (commit, below_high && !commit, inner.free.len())
         };
         if commit {
-            self.commit()?;
+            self.commit_for_resets()?;
             // A commit with nothing new to make durable resets nothing: no progress then
             // (the next commit of anyone's sync does it).
             return Ok(self.lock()?.free.len() > free);

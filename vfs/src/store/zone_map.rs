@@ -15,6 +15,32 @@ pub struct StreamKey {
     pub stream: u32,
 }
 
+impl StreamKey {
+    /// The stream number of a tenant's GC output (see [`StreamKey::gc`]); applications'
+    /// streams stop one below it.
+    pub const GC_STREAM: u32 = u32::MAX;
+
+    /// An application stream of `tenant`.
+    pub fn user(tenant: u32, stream: u32) -> Self {
+        StreamKey {
+            tenant,
+            stream: stream.min(Self::GC_STREAM - 1),
+        }
+    }
+
+    /// The stream GC copies `tenant`'s surviving data into. Only GC appends to its zones,
+    /// so a pass that found room for its victim's data keeps it while applications write
+    /// on (a zone shared with their writes could fill under the pass, leaving it unable to
+    /// finish, with GC's reserve spent). Data that outlived its zone is colder than what
+    /// its stream writes now, so keeping it apart is also what keeps the next pass cheap.
+    pub fn gc(tenant: u32) -> Self {
+        StreamKey {
+            tenant,
+            stream: Self::GC_STREAM,
+        }
+    }
+}
+
 /// What a zone is used for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ZoneUse {

@@ -1,6 +1,7 @@
 //! What the containerd tests share: a containerd of their own (root, state and sockets in a
 //! temporary directory), the node agent (`valet-run node`), image tars, and `ctr`.
-//! Everything started here is stopped when its handle drops.
+//! Everything started here is stopped when its handle drops. The comparison report's fleet
+//! section (`benches/src/report/fleet.rs`) includes this module too, with its own binaries.
 
 #![allow(dead_code)]
 
@@ -64,12 +65,22 @@ pub struct Agent {
 impl Agent {
     /// Starts `valet-run node` on `device` (a small test geometry, made on first use).
     pub fn start(device: &Path, socket: &Path) -> Agent {
+        Agent::start_with(valet_tests::valet_run_path(), device, socket, &[])
+    }
+
+    /// Starts the agent of the `valet-run` at `valet_run`, with `extra` options.
+    pub fn start_with(valet_run: &Path, device: &Path, socket: &Path, extra: &[&str]) -> Agent {
         let log = device.with_extension("agent.log");
-        let child = Command::new(valet_tests::valet_run_path())
+        // Each agent its own wasmtime disk cache (under the user's cache directory), so a
+        // fresh agent is a fresh node: what it does not compile comes from containerd.
+        let cache = device.with_extension("cache");
+        let child = Command::new(valet_run)
+            .env("XDG_CACHE_HOME", &cache)
             .args(["node", "--device"])
             .arg(device)
             .args(["--zone-size", "64", "--zones", "64", "--socket"])
             .arg(socket)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -117,6 +128,8 @@ pub struct Containerd {
     child: Child,
     pub dir: tempfile::TempDir,
     pub address: PathBuf,
+    /// The `ctr` of the same containerd.
+    ctr: PathBuf,
 }
 
 impl Containerd {
@@ -124,6 +137,26 @@ impl Containerd {
     /// `agent_socket`, and `extra` appended to its config (the CRI plugin's settings; the
     /// plugin is disabled when `extra` is empty).
     pub fn start(agent_socket: &Path, extra: &str) -> Containerd {
+        // Set for the shim's tests; the report (which includes this module) passes its own.
+        let Some(shim) = option_env!("CARGO_BIN_EXE_containerd-shim-valet-v1") else {
+            panic!("no shim binary: use Containerd::start_with");
+        };
+        Containerd::start_with(Path::new(shim), agent_socket, extra)
+    }
+
+    /// As [`Containerd::start`], with the shim binary at `shim`.
+    pub fn start_with(shim: &Path, agent_socket: &Path, extra: &str) -> Containerd {
+        Containerd::start_from(None, shim, agent_socket, extra)
+    }
+
+    /// As [`Containerd::start_with`], with `containerd` and `ctr` from directory `tools`
+    /// (another version than the installed one) when given.
+    pub fn start_from(
+        tools: Option<&Path>,
+        shim: &Path,
+        agent_socket: &Path,
+        extra: &str,
+    ) -> Containerd {
         let dir = tempfile::Builder::new()
             .prefix("valet-ctrd")
             .tempdir_in("/tmp")
@@ -131,11 +164,7 @@ impl Containerd {
         let d = dir.path();
         let bin = d.join("bin");
         std::fs::create_dir(&bin).unwrap();
-        symlink(
-            env!("CARGO_BIN_EXE_containerd-shim-valet-v1"),
-            bin.join("containerd-shim-valet-v1"),
-        )
-        .unwrap();
+        symlink(shim, bin.join("containerd-shim-valet-v1")).unwrap();
         let address = d.join("c.sock");
         let disabled = if extra.is_empty() {
             r#"disabled_plugins = ["io.containerd.grpc.v1.cri"]"#
@@ -165,7 +194,8 @@ state = "{state}"
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let child = Command::new("containerd")
+        let tool = |name: &str| tools.map_or_else(|| PathBuf::from(name), |t| t.join(name));
+        let child = Command::new(tool("containerd"))
             .arg("--config")
             .arg(d.join("config.toml"))
             .env("PATH", path)
@@ -178,6 +208,7 @@ state = "{state}"
             child,
             dir,
             address,
+            ctr: tool("ctr"),
         };
         wait_for(Duration::from_secs(60), "containerd's socket", || {
             c.ctr(&["version"]).status.success()
@@ -191,7 +222,7 @@ state = "{state}"
     }
 
     pub fn ctr_command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ctr");
+        let mut c = Command::new(&self.ctr);
         c.arg("-a").arg(&self.address).args(["-n", NS]).args(args);
         c
     }
@@ -218,18 +249,30 @@ state = "{state}"
 
     /// Imports an image tar.
     pub fn import(&self, tar: &[u8]) {
+        self.import_into(NS, tar);
+    }
+
+    /// Imports an image tar into containerd namespace `ns` (`k8s.io` for the CRI plugin).
+    pub fn import_into(&self, ns: &str, tar: &[u8]) {
         let path = self.dir.path().join("image.tar");
         std::fs::write(&path, tar).unwrap();
-        self.ctr_ok(&[
-            "images",
-            "import",
-            "--all-platforms",
-            path.to_str().unwrap(),
-        ]);
+        let out = Command::new(&self.ctr)
+            .arg("-a")
+            .arg(&self.address)
+            .args(["-n", ns, "images", "import", "--all-platforms"])
+            .arg(&path)
+            .output()
+            .expect("running ctr");
+        assert!(
+            out.status.success(),
+            "ctr images import: {}\ncontainerd log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tail()
+        );
     }
 
     /// The shims this containerd started (their command line names its address).
-    fn shims(&self) -> Vec<i32> {
+    pub fn shims(&self) -> Vec<i32> {
         let want = self.address.to_string_lossy().into_owned();
         let mut pids = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -251,15 +294,27 @@ state = "{state}"
 impl Drop for Containerd {
     fn drop(&mut self) {
         // Tasks first (their shims exit once their containers are gone), then containerd,
-        // then any shim left (SIGKILL by pid), then the mounts under our root.
-        let tasks = self.ctr(&["tasks", "ls", "-q"]);
-        for id in String::from_utf8_lossy(&tasks.stdout).lines() {
-            self.ctr(&["tasks", "kill", "-s", "SIGKILL", id]);
-            self.ctr(&["tasks", "rm", "-f", id]);
-        }
-        let containers = self.ctr(&["containers", "ls", "-q"]);
-        for id in String::from_utf8_lossy(&containers.stdout).lines() {
-            self.ctr(&["containers", "rm", id]);
+        // then any shim left (SIGKILL by pid), then the mounts under our root. The CRI
+        // plugin's containers live in namespace k8s.io.
+        for ns in [NS, "k8s.io"] {
+            let ctr = |args: &[&str]| {
+                Command::new(&self.ctr)
+                    .arg("-a")
+                    .arg(&self.address)
+                    .args(["-n", ns])
+                    .args(args)
+                    .output()
+                    .expect("running ctr")
+            };
+            let tasks = ctr(&["tasks", "ls", "-q"]);
+            for id in String::from_utf8_lossy(&tasks.stdout).lines() {
+                ctr(&["tasks", "kill", "-s", "SIGKILL", id]);
+                ctr(&["tasks", "rm", "-f", id]);
+            }
+            let containers = ctr(&["containers", "ls", "-q"]);
+            for id in String::from_utf8_lossy(&containers.stdout).lines() {
+                ctr(&["containers", "rm", id]);
+            }
         }
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();

@@ -119,3 +119,78 @@ pub fn image_tar(name: &str, os: &str, arch: &str, entrypoint: &[&str], files: &
     }
     finish(out)
 }
+
+/// An image-layout tar of image `name` in the wasm OCI artifact form: an image config with
+/// no filesystem layer (`os: wasip1`, `architecture: wasm`, `Entrypoint: ["/app.wasm"]`)
+/// and the module itself as the one layer, of media type `application/wasm`. containerd
+/// 1.7+ imports it and leaves the layer out of the rootfs; 1.6 refuses it.
+pub fn wasm_artifact_tar(name: &str, wasm: &[u8]) -> Vec<u8> {
+    let config = serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip1",
+        "config": { "Entrypoint": ["/app.wasm"] },
+        "rootfs": { "type": "layers", "diff_ids": [] },
+    })
+    .to_string()
+    .into_bytes();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": sha(&config),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/wasm",
+            "digest": sha(wasm),
+            "size": wasm.len(),
+        }],
+    })
+    .to_string()
+    .into_bytes();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": sha(&manifest),
+            "size": manifest.len(),
+            "platform": { "os": "wasip1", "architecture": "wasm" },
+            "annotations": {
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": name.rsplit(':').next().unwrap_or("latest"),
+            },
+        }],
+    })
+    .to_string()
+    .into_bytes();
+    let mut out = Vec::new();
+    entry(
+        &mut out,
+        "oci-layout",
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+        0o644,
+        b'0',
+    );
+    entry(&mut out, "index.json", &index, 0o644, b'0');
+    entry(&mut out, "blobs/", &[], 0o755, b'5');
+    entry(&mut out, "blobs/sha256/", &[], 0o755, b'5');
+    for blob in [wasm, &config[..], &manifest[..]] {
+        let path = format!("blobs/sha256/{}", &sha(blob)["sha256:".len()..]);
+        entry(&mut out, &path, blob, 0o644, b'0');
+    }
+    finish(out)
+}
+
+/// The module with a custom section appended: the same program, a new digest.
+pub fn with_nonce(wasm: &[u8], nonce: u64) -> Vec<u8> {
+    let name = b"valet-nonce";
+    let payload = nonce.to_le_bytes();
+    let mut out = wasm.to_vec();
+    out.push(0);
+    out.push((1 + name.len() + payload.len()) as u8);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(&payload);
+    out
+}
