@@ -24,9 +24,9 @@ use super::workloads::Scale;
 /// The guest (db_bench) and its db directory under the mount.
 const GUEST: &str = "rocksdb";
 
-/// Where a stock wasmtime 36 CLI is looked for (besides `$VALET_WASMTIME36`):
-/// `cargo install wasmtime-cli --version 36.0.x --locked --root ~/.cache/valet-rocksdb/wasmtime-36`.
-const WASMTIME36_HINT: &str = "cargo install wasmtime-cli --version '~36.0' --locked --root ~/.cache/valet-rocksdb/wasmtime-36";
+/// How to get the stock wasmtime 36 CLI (looked for at `$VALET_WASMTIME36`, then
+/// `~/.cache/valet-rocksdb/wasmtime-36/bin/wasmtime`) and native db_bench.
+const WASMTIME36_HINT: &str = "bash .ci/setup-rocksdb-report";
 
 /// One configuration of the comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,7 +239,8 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
                 (code, out, err, None)
             }
             Setup::Native => {
-                let exe = valet_guests::native(GUEST).ok_or("no native build of RocksDB here")?;
+                let exe = valet_guests::native(GUEST)
+                    .ok_or("no native build of RocksDB here (bash .ci/setup-rocksdb-report)")?;
                 let dir = tempfile::Builder::new()
                     .prefix("rocksdb-native-")
                     .tempdir_in(&runner.work)
