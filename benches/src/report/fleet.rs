@@ -39,19 +39,10 @@ const RECORD: &str = "430";
 
 /// `report fleet` with its command line (after the subcommand); returns the exit code.
 pub fn main(args: &[String]) -> i32 {
-    let mut scale = Scale::Small;
-    let mut out = PathBuf::from("bench-report");
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match (flag.as_str(), it.next()) {
-            ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s).unwrap(),
-            ("--out", Some(dir)) => out = PathBuf::from(dir),
-            _ => {
-                eprintln!("usage: report fleet [--scale small|full] [--out DIR]");
-                return 2;
-            }
-        }
-    }
+    let usage = "usage: report fleet [--scale small|full] [--out DIR]";
+    let Some((scale, out)) = super::scale_and_out(args, usage) else {
+        return 2;
+    };
     let result = (|| -> Result<PathBuf, String> {
         let work = out.join(".work-fleet");
         std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;

@@ -83,21 +83,10 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some("probes") {
         return probes_main(&args[1..]);
     }
-    let mut scale = Scale::Small;
-    let mut out = PathBuf::from("bench-report");
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match (flag.as_str(), it.next()) {
-            ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s).unwrap(),
-            ("--out", Some(dir)) => out = PathBuf::from(dir),
-            _ => {
-                eprintln!(
-                    "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS]"
-                );
-                return 2;
-            }
-        }
-    }
+    let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS]";
+    let Some((scale, out)) = scale_and_out(args, usage) else {
+        return 2;
+    };
     match run(scale, &out) {
         Ok(()) => {
             eprintln!("report: wrote {}", out.join("report.md").display());
@@ -108,6 +97,25 @@ pub fn main(args: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// The flags of the report and of its sections, `[--scale small|full] [--out DIR]`; None,
+/// once `usage` is printed, on anything else.
+pub(super) fn scale_and_out(args: &[String], usage: &str) -> Option<(Scale, PathBuf)> {
+    let mut scale = Scale::Small;
+    let mut out = PathBuf::from("bench-report");
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match (flag.as_str(), it.next().map(String::as_str)) {
+            ("--scale", Some(s)) if Scale::parse(s).is_some() => scale = Scale::parse(s)?,
+            ("--out", Some(dir)) => out = PathBuf::from(dir),
+            _ => {
+                eprintln!("{usage}");
+                return None;
+            }
+        }
+    }
+    Some((scale, out))
 }
 
 /// `report probes [DIR] [ROUNDS]`: only the synced-write probes (the one-flush limit, the
