@@ -42,7 +42,9 @@
 //!   reclaimer thread runs passes when free zones fall below the low watermark; an
 //!   allocation runs one itself only when no zone outside the reserve is left and no pass is
 //!   running. While a pass runs at the reserve, other allocations wait for it: the zone it
-//!   copies into may be the reserve itself. A pass reads its victim pinned, with no lock.
+//!   copies into may be the reserve itself. A pass reads its victim pinned, with no lock,
+//!   and copies into its tenant's GC stream, whose zones only GC appends to. A zone a
+//!   writer still pins (its extent written, not yet recorded) is never a victim.
 //! - **Placement calls and events** happen with no lock held: hints are decided before the
 //!   namespace lock is taken (and checked again after), events are queued under `inner`
 //!   and delivered after it is released.
