@@ -99,6 +99,34 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
+/// Runs one section on its own (`report NAME`): `section` gets a fresh work directory under
+/// `out` and returns the markdown, written to `out/NAME.md`. Returns the exit code.
+pub(super) fn run_section(
+    out: &std::path::Path,
+    name: &str,
+    section: impl FnOnce(PathBuf) -> Result<String, String>,
+) -> i32 {
+    let result = (|| -> Result<PathBuf, String> {
+        let work = out.join(format!(".work-{name}"));
+        std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+        let md = section(work.canonicalize().map_err(|e| e.to_string())?)?;
+        let path = out.join(format!("{name}.md"));
+        std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = std::fs::remove_dir_all(&work);
+        Ok(path)
+    })();
+    match result {
+        Ok(path) => {
+            eprintln!("report: wrote {}", path.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("report: {e}");
+            1
+        }
+    }
+}
+
 /// The flags of the report and of its sections, `[--scale small|full] [--out DIR]`; None,
 /// once `usage` is printed, on anything else.
 pub(super) fn scale_and_out(args: &[String], usage: &str) -> Option<(Scale, PathBuf)> {

@@ -627,32 +627,16 @@ pub fn main(args: &[String]) -> i32 {
     let Some((scale, out)) = super::scale_and_out(args, usage) else {
         return 2;
     };
-    let result = (|| -> Result<PathBuf, String> {
-        let work = out.join(".work-rocksdb");
-        std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    super::run_section(&out, "rocksdb", |work| {
         let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let runner = Runner {
             valet_run: super::runners::find_valet_run(&self_exe)?,
             self_exe,
-            work: work.canonicalize().map_err(|e| e.to_string())?,
+            work,
             timeout: Duration::from_secs(scale.timeout_secs()),
         };
-        let md = section(&runner, scale);
-        let path = out.join("rocksdb.md");
-        std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
-        let _ = std::fs::remove_dir_all(&work);
-        Ok(path)
-    })();
-    match result {
-        Ok(path) => {
-            eprintln!("report: wrote {}", path.display());
-            0
-        }
-        Err(e) => {
-            eprintln!("report: {e}");
-            1
-        }
-    }
+        Ok(section(&runner, scale))
+    })
 }
 
 #[cfg(test)]
