@@ -62,6 +62,12 @@ pub struct Stats {
     /// Syncs made durable by a commit another thread or tenant led.
     #[serde(default)]
     pub syncs_joined: u64,
+    /// Commits whose leader first waited for syncers it expected to join (see the store's
+    /// group commit), and the time those waits took in nanoseconds.
+    #[serde(default)]
+    pub commit_batch_waits: u64,
+    #[serde(default)]
+    pub commit_batch_wait_ns: u64,
     /// Writes that waited for a write buffer to come back from the device (back-pressure).
     #[serde(default)]
     pub buffer_waits: u64,

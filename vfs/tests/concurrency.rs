@@ -189,6 +189,63 @@ fn concurrent_syncs_share_device_flushes() {
     }
 }
 
+/// `syncers` threads, each appending 430 B records to its own file with an fdatasync after
+/// each, `rounds` times, in closed loops (no barrier: each goes on as soon as its sync
+/// returns). Returns the device flushes they caused and the store's stats.
+fn closed_loop_syncs(syncers: usize, rounds: usize, flush_ms: u64) -> (u64, valet_vfs::Stats) {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    dev.sync_delay_ms.store(flush_ms, Ordering::SeqCst);
+    let before = dev.syncs.load(Ordering::SeqCst);
+    let threads: Vec<_> = (0..syncers)
+        .map(|i| {
+            let store = store.clone();
+            thread::spawn(move || {
+                let f = store
+                    .open_file(root, &format!("log{i}"), OpenOptions::create())
+                    .unwrap();
+                for round in 0..rounds {
+                    f.write_at(&[round as u8; 430], (round * 430) as u64)
+                        .unwrap();
+                    f.sync_data().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    (dev.syncs.load(Ordering::SeqCst) - before, store.stats())
+}
+
+#[test]
+fn syncers_in_closed_loops_share_every_flush() {
+    // Left alone, four closed loops split into two halves that take turns (one flush per
+    // two syncs); a leader that waits for the syncers of the last commits puts all four
+    // into each flush (one per four syncs, plus the first rounds).
+    const SYNCERS: usize = 4;
+    const ROUNDS: usize = 30;
+    let (flushes, stats) = closed_loop_syncs(SYNCERS, ROUNDS, 10);
+    let syncs = (SYNCERS * ROUNDS) as u64;
+    assert!(
+        flushes * 8 <= syncs * 3,
+        "{flushes} device flushes for {syncs} syncs in closed loops (batch waits: {})",
+        stats.commit_batch_waits
+    );
+    assert!(stats.commit_batch_waits > 0);
+}
+
+#[test]
+fn a_lone_syncer_never_waits_for_others() {
+    let (flushes, stats) = closed_loop_syncs(1, 20, 2);
+    assert!(flushes >= 20, "{flushes} device flushes for 20 syncs");
+    assert_eq!(
+        stats.commit_batch_waits, 0,
+        "a lone syncer's commits waited"
+    );
+}
+
 #[test]
 fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
     let dev = Faulty::new();

@@ -9,6 +9,17 @@
 //! once and the rest elect the next leader, whose commit covers all of them. So N
 //! concurrent syncers cost at most two flushes, not N.
 //!
+//! **Batching.** Syncers in closed loops (a log per tenant, a thread per file, each
+//! appending a record and syncing it) would split into two halves that take turns: the
+//! one that returns first leads alone while the others are still finishing their records,
+//! and every flush carries half of them. So a leader first waits briefly for the syncers
+//! that took part in the last two commits and are not here yet (as ext4's jbd2 waits for
+//! other sync writers before a commit), for at most half a recent commit's time and never
+//! more than [`MAX_BATCH_WAIT`]. A syncer that does not come in that time is forgotten
+//! until it syncs again, so a thread that stopped syncing costs one wait, and a lone
+//! syncer never waits. The wait costs a flush's latency at most half a flush, and it lets
+//! every flush carry every syncer.
+//!
 //! A sync returns only after a flush that began after its data and its journal record were
 //! written completed: the leader takes the operations after the syncer recorded them, and
 //! flushes after writing them.
@@ -18,13 +29,28 @@
 //! (PostgreSQL's "fsyncgate" lesson) and the store refuses writes.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
 
 use super::journal::Journal;
+
+/// The longest a leader waits for expected syncers before it commits without them.
+pub(super) const MAX_BATCH_WAIT: Duration = Duration::from_millis(1);
+
+/// Who asks for a commit: a guest's fsync, fdatasync or close (which a leader waits for
+/// when it is expected), or the store itself (allocation, reclaim, metadata pressure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Asker {
+    Sync,
+    Store,
+}
 
 /// The leader role, the durable point, and the journal the leader writes.
 pub(super) struct GroupCommit {
     state: Mutex<CommitState>,
     done: Condvar,
+    /// Signalled when a syncer arrives while a leader waits for expected ones.
+    arrived: Condvar,
     /// Taken only by the leader (and by mount, before anyone else runs).
     journal: Mutex<Journal>,
 }
@@ -40,6 +66,17 @@ struct CommitState {
     commits: u64,
     /// Syncs that found their changes already made durable by another's commit.
     joined: u64,
+    /// Guest syncs inside [`GroupCommit::make_durable`], with their targets (a covered one
+    /// stays listed until it runs again to return).
+    waiting: Vec<(ThreadId, u64)>,
+    /// Guest syncers of recent commits, with the number of the commit each last took part
+    /// in: those the next leader waits for.
+    recent: Vec<(ThreadId, u64)>,
+    /// Moving average of a commit's duration, in nanoseconds.
+    commit_ns: u64,
+    /// Commits whose leader waited for expected syncers, and the time those waits took.
+    batch_waits: u64,
+    batch_wait_ns: u64,
 }
 
 /// What a leader reports after one commit.
@@ -50,11 +87,64 @@ pub(super) enum Led {
     Failed(u64, String),
 }
 
+/// What [`GroupCommit::counts`] reports.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct CommitCounts {
+    pub commits: u64,
+    pub joined: u64,
+    pub batch_waits: u64,
+    pub batch_wait_ns: u64,
+}
+
+impl CommitState {
+    /// Whether `thread` waits for a change that is not durable yet.
+    fn uncovered(&self, thread: ThreadId) -> bool {
+        self.waiting
+            .iter()
+            .any(|&(t, target)| t == thread && target > self.durable)
+    }
+
+    /// Syncers the leader should wait for: part of the last two commits and not here.
+    fn expected(&mut self) -> usize {
+        let recent_from = self.commits.saturating_sub(2);
+        self.recent.retain(|&(_, commit)| commit >= recent_from);
+        let recent = &self.recent;
+        recent.iter().filter(|(t, _)| !self.uncovered(*t)).count()
+    }
+
+    /// The commit about to run covers every syncer waiting for it now.
+    fn note_participants(&mut self) {
+        let commit = self.commits;
+        for i in 0..self.waiting.len() {
+            let (t, target) = self.waiting[i];
+            if target <= self.durable {
+                continue;
+            }
+            match self.recent.iter_mut().find(|(r, _)| *r == t) {
+                Some(entry) => entry.1 = commit,
+                None => self.recent.push((t, commit)),
+            }
+        }
+    }
+
+    /// Forgets expected syncers that did not come in time.
+    fn forget_absent(&mut self) {
+        let present: Vec<bool> = self
+            .recent
+            .iter()
+            .map(|(t, _)| self.uncovered(*t))
+            .collect();
+        let mut present = present.into_iter();
+        self.recent.retain(|_| present.next().unwrap_or(false));
+    }
+}
+
 impl GroupCommit {
     pub fn new(journal: Journal) -> Self {
         GroupCommit {
             state: Mutex::new(CommitState::default()),
             done: Condvar::new(),
+            arrived: Condvar::new(),
             journal: Mutex::new(journal),
         }
     }
@@ -73,29 +163,46 @@ impl GroupCommit {
     pub fn make_durable(
         &self,
         target: u64,
+        asker: Asker,
         mut lead: impl FnMut() -> Led,
     ) -> std::result::Result<(), String> {
         let mut st = self.state();
+        let me = thread::current().id();
+        let counted = asker == Asker::Sync && st.durable < target;
+        if counted {
+            st.waiting.push((me, target));
+            self.arrived.notify_one();
+        }
         let mut waited = false;
-        loop {
+        let result = loop {
             if let Some((upto, why)) = &st.failed {
                 if *upto >= target || st.durable < target {
-                    return Err(why.clone());
+                    break Err(why.clone());
                 }
             }
             if st.durable >= target {
                 if waited {
                     st.joined += 1;
                 }
-                return Ok(());
+                break Ok(());
             }
             if !st.leading {
                 st.leading = true;
+                if asker == Asker::Sync {
+                    st = self.batch(st);
+                }
+                st.note_participants();
                 drop(st);
+                let started = Instant::now();
                 let led = lead();
+                let took = started.elapsed().as_nanos() as u64;
                 st = self.state();
                 st.leading = false;
                 st.commits += 1;
+                st.commit_ns = match st.commit_ns {
+                    0 => took,
+                    avg => avg - avg / 8 + took / 8,
+                };
                 match led {
                     Led::Durable(upto) => st.durable = st.durable.max(upto),
                     Led::Failed(upto, why) => st.failed = Some((upto.max(target), why)),
@@ -105,7 +212,38 @@ impl GroupCommit {
             }
             waited = true;
             st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        };
+        if counted {
+            if let Some(i) = st.waiting.iter().position(|&(t, _)| t == me) {
+                st.waiting.swap_remove(i);
+            }
         }
+        result
+    }
+
+    /// The leader's wait for the syncers expected to join its commit (see the module docs).
+    fn batch<'a>(&'a self, mut st: MutexGuard<'a, CommitState>) -> MutexGuard<'a, CommitState> {
+        // Until one commit is timed there is nothing to size the wait by.
+        if st.commit_ns == 0 || st.expected() == 0 {
+            return st;
+        }
+        let patience = Duration::from_nanos(st.commit_ns / 2).min(MAX_BATCH_WAIT);
+        let started = Instant::now();
+        let deadline = started + patience;
+        loop {
+            let now = Instant::now();
+            if st.expected() == 0 || now >= deadline {
+                break;
+            }
+            st = match self.arrived.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        st.forget_absent();
+        st.batch_waits += 1;
+        st.batch_wait_ns += started.elapsed().as_nanos() as u64;
+        st
     }
 
     /// Whether a commit failed (the store then refuses writes).
@@ -113,9 +251,13 @@ impl GroupCommit {
         self.state().failed.as_ref().map(|(_, why)| why.clone())
     }
 
-    /// (commits led, syncs that joined another's commit).
-    pub fn counts(&self) -> (u64, u64) {
+    pub fn counts(&self) -> CommitCounts {
         let st = self.state();
-        (st.commits, st.joined)
+        CommitCounts {
+            commits: st.commits,
+            joined: st.joined,
+            batch_waits: st.batch_waits,
+            batch_wait_ns: st.batch_wait_ns,
+        }
     }
 }

@@ -84,7 +84,7 @@ use crate::stats::{ratio, Stats, StreamStats, TenantStats};
 use crate::{Error, Result};
 
 use buffer::{BufferPool, Detached, Window};
-use commit::{GroupCommit, Led};
+use commit::{Asker, GroupCommit, Led};
 use conventional::ConventionalArea;
 use events::Event;
 pub use fsck::FsckReport;
@@ -545,10 +545,20 @@ impl Store {
     /// Makes every change made so far durable, sharing the journal write and the device
     /// flush with concurrent syncs.
     fn commit(&self) -> Result<()> {
+        self.commit_for(Asker::Store)
+    }
+
+    /// [`Store::commit`] for a guest's fsync, fdatasync or close: a leader waits briefly for
+    /// the other syncers it expects (see [`commit`]).
+    fn commit_sync(&self) -> Result<()> {
+        self.commit_for(Asker::Sync)
+    }
+
+    fn commit_for(&self, asker: Asker) -> Result<()> {
         let target = self.lock()?.changes;
         self.shared
             .commit
-            .make_durable(target, || self.lead_commit())
+            .make_durable(target, asker, || self.lead_commit())
             .map_err(Error::Stopped)
     }
 
@@ -980,13 +990,15 @@ impl Store {
 
     /// The accounting so far.
     pub fn stats(&self) -> Stats {
-        let (commits, joined) = self.shared.commit.counts();
+        let counts = self.shared.commit.counts();
         let Ok(inner) = self.lock() else {
             return Stats::default();
         };
         let mut stats = inner.stats();
-        stats.group_commits = commits;
-        stats.syncs_joined = joined;
+        stats.group_commits = counts.commits;
+        stats.syncs_joined = counts.joined;
+        stats.commit_batch_waits = counts.batch_waits;
+        stats.commit_batch_wait_ns = counts.batch_wait_ns;
         stats
     }
 
@@ -1019,7 +1031,7 @@ impl Store {
         // Durable on close, as the Valet paper promises and as applications assume.
         let synced = self
             .flush_or_sync_conventional(ino)
-            .and_then(|()| self.commit());
+            .and_then(|()| self.commit_sync());
         let freed = self.with(|inner| {
             let Some(handle) = inner.handles.remove(&id) else {
                 return Ok(false);
@@ -1080,7 +1092,7 @@ impl FileHandle {
     pub fn sync_all(&self) -> Result<()> {
         self.store.lock()?.handle(self.id)?;
         self.store.sync_file(self.ino)?;
-        self.store.commit()?;
+        self.store.commit_sync()?;
         self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
             let path = inner.state.any_path(self.ino);
