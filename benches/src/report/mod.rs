@@ -83,7 +83,11 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some("probes") {
         return probes_main(&args[1..]);
     }
-    let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS]";
+    if args.first().map(String::as_str) == Some("synced") {
+        return synced_main(&args[1..]);
+    }
+    let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS] \
+                 | report synced|rocksdb|fleet [--scale small|full] [--out DIR]";
     let Some((scale, out)) = scale_and_out(args, usage) else {
         return 2;
     };
@@ -169,18 +173,65 @@ fn probes_main(args: &[String]) -> i32 {
     0
 }
 
+/// `report synced [--scale small|full] [--out DIR]`: the synced-write section alone, in the
+/// order of the full report (LevelDB `--sync 1` under valet, stock and native, the probes,
+/// the grouped syncs, the probes again), written to `DIR/synced.md`.
+fn synced_main(args: &[String]) -> i32 {
+    let usage = "usage: report synced [--scale small|full] [--out DIR]";
+    let Some((scale, out)) = scale_and_out(args, usage) else {
+        return 2;
+    };
+    run_section(&out, "synced", |work| {
+        let runner = runner_in(work, scale)?;
+        let mut rows = Vec::new();
+        for w in workloads::all(scale)
+            .into_iter()
+            .filter(|w| w.label == SYNC_ROW)
+        {
+            let mut results = Vec::new();
+            for config in [Config::Placed, Config::Stock, Config::Native] {
+                eprintln!("report: {} under {}", w.label, config.short());
+                let outcome = runner.run(config, &w, scale.zones());
+                results.push((config, outcome.and_then(into_data)));
+            }
+            rows.push(Row {
+                workload: w,
+                results,
+            });
+        }
+        eprintln!("report: one-flush limit and 430 B append + fdatasync");
+        let probes = synced::probes(&runner.work, scale);
+        let again = synced::probes(&runner.work, scale);
+        let groups = synced::groups(&runner, scale);
+        let s = synced::Synced {
+            limit: probes.limit,
+            append: probes.append,
+            store: probes.store,
+            limit_again: again.limit,
+            append_again: again.append,
+            groups,
+        };
+        Ok(write::synced_section(&rows, &s, scale))
+    })
+}
+
+/// A runner whose scratch directories go under `work`.
+pub(super) fn runner_in(work: PathBuf, scale: Scale) -> Result<Runner, String> {
+    let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    Ok(Runner {
+        valet_run: runners::find_valet_run(&self_exe)?,
+        self_exe,
+        work,
+        timeout: Duration::from_secs(scale.timeout_secs()),
+    })
+}
+
 fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     let start = Instant::now();
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let work = out.join(".work");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
-    let runner = Runner {
-        valet_run: runners::find_valet_run(&self_exe)?,
-        self_exe,
-        work: work.canonicalize().map_err(|e| e.to_string())?,
-        timeout: Duration::from_secs(scale.timeout_secs()),
-    };
+    let runner = runner_in(work.canonicalize().map_err(|e| e.to_string())?, scale)?;
     let mut skipped = Vec::new();
     let mut rows = Vec::new();
     let mut zone_maps = Vec::new();

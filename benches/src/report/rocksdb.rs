@@ -628,14 +628,7 @@ pub fn main(args: &[String]) -> i32 {
         return 2;
     };
     super::run_section(&out, "rocksdb", |work| {
-        let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let runner = Runner {
-            valet_run: super::runners::find_valet_run(&self_exe)?,
-            self_exe,
-            work,
-            timeout: Duration::from_secs(scale.timeout_secs()),
-        };
-        Ok(section(&runner, scale))
+        Ok(section(&super::runner_in(work, scale)?, scale))
     })
 }
 

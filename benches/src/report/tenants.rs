@@ -1,5 +1,7 @@
 //! The multi-tenant run: the LSM guest and the cache guest at once on one device
-//! (`valet-run --tenants`), against each of them alone on the same kind of device.
+//! (`valet-run --tenants`), against each of them alone on the same kind of device; and the
+//! same pair as two stock wasmtime processes on host directories, at once against alone,
+//! which shows what sharing the machine's cores costs without any shared store.
 
 use std::path::Path;
 
@@ -13,6 +15,10 @@ pub struct TenantResult {
     pub guest: &'static str,
     pub alone: Vec<Measurement>,
     pub together: Vec<Measurement>,
+    /// The same guest under stock wasmtime, alone and beside the other stock process (empty
+    /// when a stock run failed).
+    pub stock_alone: Vec<Measurement>,
+    pub stock_together: Vec<Measurement>,
 }
 
 /// The `[[tenant]]` table of `w` named `name`.
@@ -55,6 +61,8 @@ pub fn run(
             guest: w.guest,
             alone,
             together: Vec::new(),
+            stock_alone: stock(runner, w),
+            stock_together: Vec::new(),
         });
     }
     let together = parse::parse(&run_toml(
@@ -71,5 +79,35 @@ pub fn run(
             r.together.push(m);
         }
     }
+    let together: Vec<Vec<Measurement>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = tenants
+            .iter()
+            .map(|(_, w)| scope.spawn(|| stock(runner, w)))
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or_default())
+            .collect()
+    });
+    for (r, m) in results.iter_mut().zip(together) {
+        r.stock_together = m;
+    }
     Ok(results)
+}
+
+/// `w` under stock wasmtime on a fresh host directory: its measurements, none on failure.
+fn stock(runner: &Runner, w: &Workload) -> Vec<Measurement> {
+    let Some(wasm) = valet_guests::wasm(w.guest) else {
+        return Vec::new();
+    };
+    match runner.stock(wasm, &w.args_for(MOUNT)) {
+        Ok(out) if out.code == 0 => parse::parse(&out.stdout),
+        Ok(out) => {
+            eprintln!("report: stock {}: {}", w.guest, out.why());
+            Vec::new()
+        }
+        Err(e) => {
+            eprintln!("report: stock {}: {e}", w.guest);
+            Vec::new()
+        }
+    }
 }

@@ -8,6 +8,7 @@ use super::plots::{self, Bars, Line};
 use super::runners::Config;
 use super::sweeps::{CACHE_OPS, FTL_OPS};
 use super::synced::{self, Kind};
+use super::workloads::Scale;
 use super::{Results, Row};
 
 /// The multi-tenant target: p99.99 together at most this many times alone.
@@ -37,7 +38,7 @@ pub fn report(r: &Results, out: &Path) -> Result<(), String> {
     guests(r, &mut doc);
     throughput(r, &mut doc, &mut figures);
     latency(r, &mut doc, &mut figures);
-    synced(r, &mut doc);
+    synced(&r.rows, &r.synced, r.scale, &mut doc);
     device(r, &mut doc);
     waf_sweep(r, &mut doc, &mut figures);
     cache_sweep(r, &mut doc, &mut figures);
@@ -230,9 +231,24 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
     );
 }
 
-fn synced(r: &Results, doc: &mut Doc) {
+/// `report synced`: the synced-write section on its own (the LevelDB `--sync 1` rows, the
+/// probes and the grouped syncs), as markdown.
+pub fn synced_section(rows: &[Row], s: &synced::Synced, scale: Scale) -> String {
+    let mut doc = Doc::default();
+    doc.heading(1, "Valet synced writes");
+    doc.paragraph(&format!(
+        "Scale `{}`, on a machine with {} cores. Made by `cargo run --release -p \
+         valet-benches --bin report -- synced --scale {} --out DIR`.",
+        scale.name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        scale.name()
+    ));
+    synced(rows, s, scale, &mut doc);
+    doc.render()
+}
+
+fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
     doc.heading(2, "Synced writes: the one-flush limit and grouped syncs");
-    let s = &r.synced;
     doc.paragraph(&format!(
         "Native loops of this process on the disk of the report's data directory, right \
          after the LevelDB `--sync 1` runs: the **one-flush limit** (a 4 KiB `pwrite` over an \
@@ -243,7 +259,7 @@ fn synced(r: &Results, doc: &mut Doc) {
          small synced tail travels inline in one journal page). {} timed operations each \
          after {} untimed; latency in µs.",
         synced::RECORD,
-        synced::probe_ops(r.scale),
+        synced::probe_ops(scale),
         synced::WARMUP
     ));
     let mut t = Table::new(&["native loop", "ops/s", "P50", "P99", "P99.99"]);
@@ -305,8 +321,7 @@ fn synced(r: &Results, doc: &mut Doc) {
         "verdict",
     ]);
     let mut lines = Vec::new();
-    for row in r
-        .rows
+    for row in rows
         .iter()
         .filter(|row| row.workload.label == "leveldb sync")
     {
@@ -372,8 +387,8 @@ fn synced(r: &Results, doc: &mut Doc) {
         rec = synced::RECORD,
         g = synced::GUEST,
         tg = synced::THREADS_GUEST,
-        secs = synced::seconds(r.scale),
-        rounds = synced::rounds(r.scale),
+        secs = synced::seconds(scale),
+        rounds = synced::rounds(scale),
     ));
     let mut t = Table::new(&[
         "run",
@@ -657,7 +672,10 @@ fn tenants(r: &Results, doc: &mut Doc) {
         "Both guests as tenants of one `valet-run --tenants` process on one device, against \
          each alone (a one-tenant file on the same geometry). Target: P99.99 together ≤ \
          {TENANT_P9999}× alone. Tenants' stdout interleaves line by line, so a percentile \
-         line could in principle be credited to the other tenant's workload line."
+         line could in principle be credited to the other tenant's workload line. The stock \
+         columns run the same two guests as two stock wasmtime processes, each on its own \
+         host directory, alone and then at once: no store is shared there, so their ratio is \
+         what sharing this machine's cores alone costs."
     ));
     let mut t = Table::new(&[
         "tenant",
@@ -667,14 +685,29 @@ fn tenants(r: &Results, doc: &mut Doc) {
         "P99.99 alone",
         "P99.99 together",
         "P99.99 ratio",
+        "stock P99.99 alone",
+        "stock P99.99 together",
+        "stock ratio",
         "verdict",
     ]);
+    let p9999 = |ms: &[Measurement], name: &str| {
+        ms.iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.percentiles)
+            .map(|p| p.p9999)
+    };
     for tr in results {
         for alone in &tr.alone {
             let together = tr.together.iter().find(|m| m.name == alone.name);
-            let p = |m: Option<&Measurement>| m.and_then(|m| m.percentiles).map(|p| p.p9999);
-            let (pa, pt) = (p(Some(alone)), p(together));
+            let (pa, pt) = (
+                p9999(&tr.alone, &alone.name),
+                p9999(&tr.together, &alone.name),
+            );
             let rel = pa.zip(pt).map(|(a, t)| t / a);
+            let (sa, st) = (
+                p9999(&tr.stock_alone, &alone.name),
+                p9999(&tr.stock_together, &alone.name),
+            );
             t.row(vec![
                 format!("{} ({})", tr.tenant, tr.guest),
                 alone.name.clone(),
@@ -683,6 +716,9 @@ fn tenants(r: &Results, doc: &mut Doc) {
                 num(pa),
                 num(pt),
                 ratio(rel),
+                num(sa),
+                num(st),
+                ratio(sa.zip(st).map(|(a, t)| t / a)),
                 verdict(rel.map(|x| x <= TENANT_P9999)).into(),
             ]);
         }

@@ -37,7 +37,9 @@
 //! - **Commits** ([`commit`]): the leader takes pending operations under `inner`, then
 //!   writes the journal and flushes the device with no lock held. The zones it will reset
 //!   after the flush are listed in `resetting` meanwhile, so that an allocation waits for
-//!   them instead of reporting ENOSPC.
+//!   them instead of reporting ENOSPC. A guest's sync that becomes leader first waits (no
+//!   lock held, at most half a commit's time and 1 ms) for the syncers of the last two
+//!   commits, so that syncers in closed loops share every flush.
 //! - **GC** ([`gc`], [`reclaim`]): one pass at a time (`collecting` names its victim). The
 //!   reclaimer thread runs passes when free zones fall below the low watermark; an
 //!   allocation runs one itself only when no zone outside the reserve is left and no pass is
