@@ -244,7 +244,7 @@ pub fn synced_section(rows: &[Row], s: &synced::Synced, scale: Scale) -> String 
         scale.name()
     ));
     synced(rows, s, scale, &mut doc);
-    doc.render()
+    doc.render().to_string()
 }
 
 fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
