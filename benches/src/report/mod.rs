@@ -86,8 +86,11 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some("synced") {
         return synced_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("tenants") {
+        return tenants_main(&args[1..]);
+    }
     let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS] \
-                 | report synced|rocksdb|fleet [--scale small|full] [--out DIR]";
+                 | report synced|tenants|rocksdb|fleet [--scale small|full] [--out DIR]";
     let Some((scale, out)) = scale_and_out(args, usage) else {
         return 2;
     };
@@ -212,6 +215,23 @@ fn synced_main(args: &[String]) -> i32 {
             groups,
         };
         Ok(write::synced_section(&rows, &s, scale))
+    })
+}
+
+/// `report tenants [--scale small|full] [--out DIR]`: the multi-tenant section alone
+/// (valet tenants and stock processes, each alone and together), written to
+/// `DIR/tenants.md`.
+fn tenants_main(args: &[String]) -> i32 {
+    let usage = "usage: report tenants [--scale small|full] [--out DIR]";
+    let Some((scale, out)) = scale_and_out(args, usage) else {
+        return 2;
+    };
+    run_section(&out, "tenants", |work| {
+        let runner = runner_in(work, scale)?;
+        let results = tenant_pair(scale)
+            .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
+            .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+        Ok(write::tenants_section(&results, scale))
     })
 }
 

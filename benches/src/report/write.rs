@@ -42,7 +42,7 @@ pub fn report(r: &Results, out: &Path) -> Result<(), String> {
     device(r, &mut doc);
     waf_sweep(r, &mut doc, &mut figures);
     cache_sweep(r, &mut doc, &mut figures);
-    tenants(r, &mut doc);
+    tenants(&r.tenants, &mut doc);
     zone_maps(r, &mut doc, &mut figures);
     for (file, svg) in &figures {
         std::fs::write(out.join(file), svg).map_err(|e| format!("{file}: {e}"))?;
@@ -659,9 +659,27 @@ fn cache_sweep(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) 
     doc.figure("cache WAF and hit ratio against OP", "cache_op.svg");
 }
 
-fn tenants(r: &Results, doc: &mut Doc) {
+/// `report tenants`: the multi-tenant section on its own, as markdown.
+pub fn tenants_section(
+    results: &Result<Vec<super::tenants::TenantResult>, String>,
+    scale: Scale,
+) -> String {
+    let mut doc = Doc::default();
+    doc.heading(1, "Valet tenants");
+    doc.paragraph(&format!(
+        "Scale `{}`, on a machine with {} cores. Made by `cargo run --release -p \
+         valet-benches --bin report -- tenants --scale {} --out DIR`.",
+        scale.name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        scale.name()
+    ));
+    tenants(results, &mut doc);
+    doc.render().to_string()
+}
+
+fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mut Doc) {
     doc.heading(2, "Multi-tenant: LSM and cache guests on one device");
-    let results = match &r.tenants {
+    let results = match results {
         Ok(t) => t,
         Err(e) => {
             doc.paragraph(&format!("Skipped: {e}"));

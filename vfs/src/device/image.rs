@@ -172,6 +172,21 @@ impl State {
             self.touched.push(zone);
         }
     }
+
+    /// Keeps only the touched zones the filler has work in (open, and less than
+    /// [`PREPARE_LOW`] prepared past the write pointer); whether any is left. Most syncs
+    /// leave plenty prepared, and then wake no thread.
+    fn keep_zones_to_fill(&mut self, capacity: u64) -> bool {
+        let (table, prepared) = (&self.table, &self.prepared);
+        self.touched.retain(|&zone| {
+            table.info(zone).is_ok_and(|info| {
+                let wp = info.write_pointer;
+                let ready = prepared[zone as usize].max(wp);
+                info.state.is_active() && ready < capacity && ready - wp < PREPARE_LOW
+            })
+        });
+        !self.touched.is_empty()
+    }
 }
 
 /// An emulated ZNS device in one sparse image file, enforcing the zone rules.
@@ -211,7 +226,7 @@ impl Core {
     }
 }
 
-/// The fill-ahead thread: woken after each sync, ended (and joined) when the device drops,
+/// The fill-ahead thread: woken after a sync that left a zone short of prepared blocks, ended (and joined) when the device drops,
 /// so the image's lock is released when the device is gone.
 struct Filler {
     wake: Option<Mutex<Sender<()>>>,
@@ -707,7 +722,10 @@ impl ZonedDevice for ImageDevice {
             return Err(e.into());
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.filler.wake();
+        let capacity = self.core.layout.geometry.zone_capacity;
+        if self.lock().keep_zones_to_fill(capacity) {
+            self.filler.wake();
+        }
         Ok(())
     }
 }
