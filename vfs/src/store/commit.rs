@@ -18,7 +18,9 @@
 //! more than [`MAX_BATCH_WAIT`]. A syncer that does not come in that time is forgotten
 //! until it syncs again, so a thread that stopped syncing costs one wait, and a lone
 //! syncer never waits. The wait costs a flush's latency at most half a flush, and it lets
-//! every flush carry every syncer.
+//! every flush carry every syncer. The last expected syncer to arrive leads the commit in
+//! the waiting leader's place (the leader then waits for it like any other syncer), so no
+//! thread has to be woken before the journal write starts.
 //!
 //! A sync returns only after a flush that began after its data and its journal record were
 //! written completed: the leader takes the operations after the syncer recorded them, and
