@@ -255,14 +255,17 @@ pub enum Kind {
     StockProcesses,
     /// `WRITERS` native threads of this process (430 B append + fdatasync).
     NativeThreads,
+    /// `WRITERS` threads of this process on one store, no guest.
+    StoreThreads,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::ValetOne,
         Kind::StockOne,
         Kind::ValetTenants,
         Kind::ValetThreads,
+        Kind::StoreThreads,
         Kind::StockProcesses,
         Kind::NativeThreads,
     ];
@@ -277,6 +280,7 @@ impl Kind {
             Kind::StockOne => "stock wasmtime 48, 1 process".into(),
             Kind::StockProcesses => format!("stock wasmtime 48, {WRITERS} processes at once"),
             Kind::NativeThreads => format!("native, {WRITERS} threads (fdatasync)"),
+            Kind::StoreThreads => format!("the store alone (no guest), {WRITERS} threads"),
         }
     }
 }
@@ -467,15 +471,68 @@ fn native_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
         .prefix("native-sync-")
         .tempdir_in(work)
         .map_err(|e| e.to_string())?;
+    thread_group(n, secs, |t, until| {
+        append_loop(
+            &dir.path().join(format!("n{t}.log")),
+            RECORD,
+            usize::MAX,
+            Some(until),
+        )
+    })
+}
+
+/// `n` threads of this process appending to files of one store on an image in `work`, no
+/// guest and no WASI: what the store's group commit gives without any guest's cost.
+fn store_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
+    use std::sync::Arc;
+    use valet_vfs::device::{Geometry, ImageDevice, ImageOptions};
+    let dir = tempfile::Builder::new()
+        .prefix("store-sync-")
+        .tempdir_in(work)
+        .map_err(|e| e.to_string())?;
+    let image = dir.path().join("zones.img");
+    let device = ImageDevice::create(&image, Geometry::EMBEDDED_DEFAULT, ImageOptions::default())
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    let store = valet_vfs::Store::open(Arc::new(device), valet_vfs::StoreConfig::default())
+        .map_err(|e| e.to_string())?;
+    let (_, root) = store.tenant("probe").map_err(|e| e.to_string())?;
+    let group = thread_group(n, secs, |t, until| {
+        let file = store
+            .open_file(root, &format!("s{t}.log"), valet_vfs::OpenOptions::create())
+            .map_err(|e| e.to_string())?;
+        let data = vec![0xa5u8; RECORD];
+        let mut nanos = Vec::new();
+        let start = Instant::now();
+        while Instant::now() < until {
+            let at = (nanos.len() * RECORD) as u64;
+            let t = Instant::now();
+            file.write_at(&data, at).map_err(|e| e.to_string())?;
+            file.sync_data().map_err(|e| e.to_string())?;
+            nanos.push(t.elapsed().as_nanos() as u64);
+        }
+        let elapsed = start.elapsed();
+        file.close().map_err(|e| e.to_string())?;
+        Ok(Probe::from_nanos(nanos, elapsed))
+    });
+    store.unmount().map_err(|e| e.to_string())?;
+    group
+}
+
+/// `n` threads of this process, each running `writer(t, until)` from one instant until
+/// `secs` later; the probes they return as one group.
+fn thread_group(
+    n: usize,
+    secs: f64,
+    writer: impl Fn(usize, Instant) -> Result<Probe, String> + Sync,
+) -> Result<Group, String> {
     let barrier = Barrier::new(n);
     let results: Vec<Result<Probe, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|t| {
-                let (path, barrier) = (dir.path().join(format!("n{t}.log")), &barrier);
+                let (barrier, writer) = (&barrier, &writer);
                 s.spawn(move || {
                     barrier.wait();
-                    let until = Instant::now() + Duration::from_secs_f64(secs);
-                    append_loop(&path, RECORD, usize::MAX, Some(until))
+                    writer(t, Instant::now() + Duration::from_secs_f64(secs))
                 })
             })
             .collect();
@@ -488,7 +545,7 @@ fn native_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
     for (t, r) in results.into_iter().enumerate() {
         let p = r?;
         writers.push(Writer {
-            name: format!("n{t}"),
+            name: format!("w{t}"),
             records: p.ops as u64,
             secs: p.ops as f64 / p.ops_per_sec.max(1e-9),
             ops_per_sec: p.ops_per_sec,
@@ -531,7 +588,7 @@ fn group(runner: &Runner, scale: Scale, kind: Kind) -> Result<Group, String> {
     let zones = scale.zones();
     let wasm = match kind {
         Kind::ValetThreads => valet_guests::wasm(THREADS_GUEST),
-        Kind::NativeThreads => Some(""),
+        Kind::NativeThreads | Kind::StoreThreads => Some(""),
         _ => valet_guests::wasm(GUEST),
     };
     let Some(wasm) = wasm else {
@@ -555,6 +612,7 @@ fn group(runner: &Runner, scale: Scale, kind: Kind) -> Result<Group, String> {
         Kind::StockOne => stock_processes(runner, wasm, secs, 1),
         Kind::StockProcesses => stock_processes(runner, wasm, secs, WRITERS),
         Kind::NativeThreads => native_threads(&runner.work, secs, WRITERS),
+        Kind::StoreThreads => store_threads(&runner.work, secs, WRITERS),
     }
 }
 

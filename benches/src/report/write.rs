@@ -381,7 +381,9 @@ fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
          and the round with the median aggregate shown (all rounds' aggregates in the last \
          column). Aggregate = the sum of the writers' own rates. Stock \
          wasmtime 48 has no wasi-threads, so the threaded guest is held against the same {w} \
-         writers as stock processes. The native threads use `fdatasync`; latencies in µs \
+         writers as stock processes. The store alone runs the same appends from threads of \
+         the report itself on a store of its own (no guest, no WASI): what group commit \
+         gives before any guest's cost. The native threads use `fdatasync`; latencies in µs \
          (P50: median of the writers'; P99, P99.99: the worst writer's).",
         w = synced::WRITERS,
         rec = synced::RECORD,
@@ -424,7 +426,7 @@ fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
     let agg = |k| s.group(k).map(synced::Group::aggregate);
     let stock = agg(Kind::StockProcesses);
     let native = agg(Kind::NativeThreads);
-    let lines: Vec<String> = [Kind::ValetTenants, Kind::ValetThreads]
+    let lines: Vec<String> = [Kind::ValetTenants, Kind::ValetThreads, Kind::StoreThreads]
         .into_iter()
         .map(|k| {
             let v = agg(k).zip(stock).map(|(v, s)| v / s);
