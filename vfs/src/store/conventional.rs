@@ -5,12 +5,13 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
 
 use super::state::Ino;
-use super::Inner;
+use super::{Inner, Store};
 use crate::{Error, Result};
 
 /// The host directory of conventional files.
@@ -65,13 +66,16 @@ impl ConventionalArea {
         Ok(())
     }
 
-    /// Makes created host files' directory entries durable.
-    fn sync_dir(&mut self) -> Result<()> {
-        if self.dir_dirty {
-            self.dir.open(".")?.sync_all()?;
-            self.dir_dirty = false;
+    /// The directory to fsync so that created host files' entries are durable, if one was
+    /// created since the last such sync (the caller syncs it, and marks it dirty again if
+    /// that fails).
+    fn take_dir_to_sync(&mut self) -> Result<Option<File>> {
+        if !self.dir_dirty {
+            return Ok(None);
         }
-        Ok(())
+        let dir = self.dir.open(".")?.into_std();
+        self.dir_dirty = false;
+        Ok(Some(dir))
     }
 
     /// Cuts host files back to their recorded size (a crash between committing a truncate
@@ -110,50 +114,101 @@ impl ConventionalArea {
     }
 }
 
-impl Inner {
-    fn host_file(&mut self, ino: Ino) -> Result<&File> {
-        let of = self.open.get(&ino).ok_or(Error::BadHandle)?;
-        if of.host.is_none() {
-            let conv = self
-                .conv
-                .as_mut()
-                .ok_or(Error::Unsupported("conventional area"))?;
-            let file = conv.open_file(ino)?;
-            self.open.get_mut(&ino).expect("open").host = Some(file);
+/// Reads `buf.len()` bytes at `offset` of a conventional file's host file; bytes past its
+/// end read as zeros (a crash between growing the recorded size and writing the bytes).
+pub(super) fn read_host(file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64)? {
+            0 => break,
+            n => done += n,
         }
-        Ok(self.open[&ino].host.as_ref().expect("just opened"))
     }
+    buf[done..].fill(0);
+    Ok(buf.len())
+}
 
-    pub(super) fn write_conventional(&mut self, ino: Ino, data: &[u8], offset: u64) -> Result<()> {
-        self.host_file(ino)?.write_all_at(data, offset)?;
-        let tenant = {
-            let inode = self.state.inode_mut(ino)?;
+impl Store {
+    /// A write to a conventional file: the size grows under the lock, the bytes go to the
+    /// host file without it, and only then is the file marked dirty (so a sync that began
+    /// meanwhile cannot clear the mark before these bytes are in the file).
+    pub(super) fn write_conventional(&self, ino: Ino, data: &[u8], offset: u64) -> Result<()> {
+        let file = {
+            let mut inner = self.lock()?;
+            let file = inner.host_file(ino)?;
+            let inode = inner.state.inode_mut(ino)?;
             inode.size = inode.size.max(offset + data.len() as u64);
             inode.mtime_ns = super::now_ns();
-            inode.tenant
+            let tenant = inode.tenant;
+            *inner.counters.conventional.entry(tenant).or_default() += data.len() as u64;
+            file
         };
-        *self.counters.conventional.entry(tenant).or_default() += data.len() as u64;
-        self.open.get_mut(&ino).expect("open").host_dirty = true;
+        file.write_all_at(data, offset)?;
+        let mut inner = self.lock()?;
+        if let Some(of) = inner.open.get_mut(&ino) {
+            of.host_dirty = true;
+        }
         Ok(())
     }
 
-    pub(super) fn read_conventional(
-        &mut self,
-        ino: Ino,
-        buf: &mut [u8],
-        offset: u64,
-    ) -> Result<usize> {
-        let file = self.host_file(ino)?;
-        let mut done = 0;
-        while done < buf.len() {
-            match file.read_at(&mut buf[done..], offset + done as u64)? {
-                0 => break,
-                n => done += n,
+    /// Makes a conventional file's bytes durable (the fsync with the lock released) and
+    /// journals its size.
+    pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
+        let (file, dir) = {
+            let mut inner = self.lock()?;
+            let dirty = inner.open.get(&ino).is_some_and(|o| o.host_dirty);
+            if !dirty {
+                return Ok(());
             }
+            let file = inner.host_file(ino)?;
+            inner.open.get_mut(&ino).expect("open").host_dirty = false;
+            let dir = match &mut inner.conv {
+                Some(conv) => conv.take_dir_to_sync()?,
+                None => None,
+            };
+            (file, dir)
+        };
+        let synced = file
+            .sync_data()
+            .and_then(|()| dir.as_ref().map_or(Ok(()), File::sync_all));
+        self.with(|inner| {
+            if let Err(e) = synced {
+                // Not durable: the next sync must try again (and report again).
+                if let Some(of) = inner.open.get_mut(&ino) {
+                    of.host_dirty = true;
+                }
+                if let (Some(conv), Some(_)) = (&mut inner.conv, dir) {
+                    conv.dir_dirty = true;
+                }
+                return Err(e.into());
+            }
+            let inode = inner.state.inode(ino)?;
+            let op = super::state::MetaOp::SetAttr {
+                ino,
+                size: inode.size,
+                atime_ns: inode.atime_ns,
+                mtime_ns: inode.mtime_ns,
+                ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
+            };
+            inner.record(op)
+        })
+    }
+}
+
+impl Inner {
+    /// The host file of open conventional file `ino`, opened on first use.
+    pub(super) fn host_file(&mut self, ino: Ino) -> Result<Arc<File>> {
+        let of = self.open.get(&ino).ok_or(Error::BadHandle)?;
+        if let Some(file) = &of.host {
+            return Ok(file.clone());
         }
-        // A host file shorter than the recorded size (a crash between the two) reads zeros.
-        buf[done..].fill(0);
-        Ok(buf.len())
+        let conv = self
+            .conv
+            .as_mut()
+            .ok_or(Error::Unsupported("conventional area"))?;
+        let file = Arc::new(conv.open_file(ino)?);
+        self.open.get_mut(&ino).expect("open").host = Some(file.clone());
+        Ok(file)
     }
 
     /// `ftruncate` of a conventional file, first half: the new size in the namespace. A
@@ -187,27 +242,5 @@ impl Inner {
             of.host_dirty = true;
         }
         Ok(())
-    }
-
-    /// Makes a conventional file's bytes durable and journals its size.
-    pub(super) fn sync_conventional(&mut self, ino: Ino) -> Result<()> {
-        let dirty = self.open.get(&ino).is_some_and(|o| o.host_dirty);
-        if !dirty {
-            return Ok(());
-        }
-        self.host_file(ino)?.sync_data()?;
-        if let Some(conv) = &mut self.conv {
-            conv.sync_dir()?;
-        }
-        self.open.get_mut(&ino).expect("open").host_dirty = false;
-        let inode = self.state.inode(ino)?;
-        let op = super::state::MetaOp::SetAttr {
-            ino,
-            size: inode.size,
-            atime_ns: inode.atime_ns,
-            mtime_ns: inode.mtime_ns,
-            ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
-        };
-        self.record(op)
     }
 }

@@ -76,7 +76,8 @@ impl Store {
         let (tenant, class, stream) = (inode.tenant, inode.hint.class, inode.hint.stream);
         *inner.counters.tenant_host.entry(tenant).or_default() += data.len() as u64;
         if class == Class::Conventional {
-            inner.write_conventional(ino, data, at)?;
+            drop(inner);
+            self.write_conventional(ino, data, at)?;
             return Ok(at);
         }
         let key = StreamKey::user(tenant, stream);
@@ -548,7 +549,9 @@ impl Store {
         let n = ((size - offset) as usize).min(buf.len());
         let buf = &mut buf[..n];
         if inode.hint.class == Class::Conventional {
-            return inner.read_conventional(ino, buf, offset);
+            let file = inner.host_file(ino)?;
+            drop(inner);
+            return super::conventional::read_host(&file, buf, offset);
         }
         // Served from the window alone.
         if let Some(w) = inner.open.get(&ino).and_then(|o| o.window.as_ref()) {
@@ -722,7 +725,7 @@ impl Store {
             inner.state.inode(ino)?.hint.class == Class::Conventional
         };
         if conventional {
-            return self.with(|inner| inner.sync_conventional(ino));
+            return self.sync_conventional(ino);
         }
         // Queued buffers a sync has not covered yet go first (in order); ones whose bytes
         // went inline are written by the background writer without making the sync wait.
@@ -790,7 +793,7 @@ impl Store {
             inner.state.inode(ino)?.hint.class == Class::Conventional
         };
         if conventional {
-            return self.with(|inner| inner.sync_conventional(ino));
+            return self.sync_conventional(ino);
         }
         self.flush_file(ino)
     }

@@ -19,8 +19,11 @@
 //!   pointers) and the counters. It is held for memory work only: planning a read,
 //!   reserving blocks, recording operations. Every device call happens after it is
 //!   released, except `finish` of a zone with nothing in flight (a table update on the
-//!   emulated device, one `ftruncate` on zonefs) and the conventional area's host files
-//!   (files a policy keeps in place, such as LOCK and CURRENT).
+//!   emulated device, one `ftruncate` on zonefs) and the rare metadata calls of the
+//!   conventional area (opening or truncating a host file, syncing its directory). Its
+//!   reads, writes and fsyncs run with the lock released: a host file is shared as an
+//!   `Arc<File>`, a write marks it dirty only once its bytes are in the file, and a sync
+//!   clears the mark before its fsync (and sets it again if the fsync fails).
 //! - **A file's window** is changed only under `inner`. A thread that must do device I/O
 //!   to change it (read the prefix of a new window, the padding of a last block) first sets
 //!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
@@ -199,8 +202,10 @@ struct OpenFile {
     last_use: u64,
     /// Guest bytes written since the last `Written` event.
     unreported: u64,
-    /// Open host file of a conventional file.
-    host: Option<std::fs::File>,
+    /// Open host file of a conventional file (shared with the threads reading, writing or
+    /// syncing it with the store lock released).
+    host: Option<Arc<std::fs::File>>,
+    /// Bytes written to the host file since its last sync began.
     host_dirty: bool,
 }
 
