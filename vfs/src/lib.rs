@@ -10,6 +10,7 @@
 //! What this crate is not: it knows nothing of wasmtime or WASI (the runtime adapts it), and
 //! it is not a general POSIX filesystem (symbolic links, but no permissions or locks).
 
+mod background;
 pub mod device;
 mod error;
 pub mod ftl;

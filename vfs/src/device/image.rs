@@ -245,7 +245,10 @@ impl Filler {
         let (a, d) = (asked.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name("valet-image-fill".into())
-            .spawn(move || fill_loop(core, rx, a, d))
+            .spawn(move || {
+                crate::background::lower_this_thread();
+                fill_loop(core, rx, a, d)
+            })
             .ok();
         Filler {
             wake: Some(Mutex::new(tx)),

@@ -48,7 +48,10 @@ impl Reclaimer {
     pub fn start(&self, store: Store) {
         let thread = std::thread::Builder::new()
             .name("valet-reclaim".into())
-            .spawn(move || run(store))
+            .spawn(move || {
+                crate::background::lower_this_thread();
+                run(store)
+            })
             .expect("spawning the store's reclaimer thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
     }

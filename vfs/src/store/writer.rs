@@ -32,7 +32,10 @@ impl Queue {
         let (tx, rx) = channel();
         let thread = std::thread::Builder::new()
             .name("valet-writer".into())
-            .spawn(move || run(store, rx))
+            .spawn(move || {
+                crate::background::lower_this_thread();
+                run(store, rx)
+            })
             .expect("spawning the store's writer thread");
         *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
