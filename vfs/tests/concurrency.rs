@@ -140,6 +140,65 @@ fn a_read_does_not_wait_for_another_files_slow_sync() {
 }
 
 #[test]
+fn a_read_does_not_wait_for_a_large_write_to_a_conventional_file() {
+    // Files a policy keeps in place (CURRENT here) live in host files. A write to one takes
+    // as long as the host takes to copy it, and must not hold up other files meanwhile.
+    const BIG: usize = 256 << 20;
+    let host = tempfile::tempdir().unwrap();
+    let dev = Faulty::new();
+    let config = StoreConfig {
+        buffers: 16,
+        buffer_size: 64 * 1024,
+        conventional_dir: Some(host.path().to_path_buf()),
+        ..Default::default()
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    let data = vec![7u8; 100_000];
+    let table = store
+        .open_file(root, "000005.ldb", OpenOptions::create())
+        .unwrap();
+    table.write_at(&data, 0).unwrap();
+    table.sync_all().unwrap();
+    let current = store
+        .open_file(root, "CURRENT", OpenOptions::create())
+        .unwrap();
+    current.write_at(b"x", 0).unwrap();
+    let host_file = std::fs::read_dir(host.path())
+        .unwrap()
+        .next()
+        .expect("CURRENT's host file")
+        .unwrap()
+        .path();
+
+    let writing = thread::spawn(move || {
+        let big = vec![1u8; BIG];
+        let started = Instant::now();
+        current.write_at(&big, 0).unwrap();
+        (current, started.elapsed())
+    });
+    // Wait until the host file grows: the big write is under way.
+    while std::fs::metadata(&host_file).unwrap().len() <= 1 && !writing.is_finished() {
+        thread::yield_now();
+    }
+    let started = Instant::now();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(table.read_at(&mut buf, 0).unwrap(), data.len());
+    let read_took = started.elapsed();
+    assert_eq!(buf, data);
+    let (current, write_took) = writing.join().unwrap();
+    // Behind the write, the read would take about as long as the write.
+    assert!(
+        read_took * 4 < write_took,
+        "a read took {read_took:?} during a {write_took:?} write to a conventional file"
+    );
+    current.sync_all().unwrap();
+    let mut head = [0u8; 4];
+    current.read_at(&mut head, BIG as u64 - 4).unwrap();
+    assert_eq!(head, [1; 4]);
+}
+
+#[test]
 fn concurrent_syncs_share_device_flushes() {
     const SYNCERS: usize = 8;
     const ROUNDS: usize = 5;
