@@ -54,6 +54,10 @@
 //!   namespace lock is taken (and checked again after), events are queued under `inner`
 //!   and delivered after it is released.
 //!
+//! - **The store's own threads** (the background writer, the reclaimer, the image's
+//!   fill-ahead) run at nice 10 ([`crate::background`]): on a machine with as many busy
+//!   guests as cores, a core they take from a guest is that guest's tail latency.
+//!
 //! Lock order: a file's `busy` flag → the commit leader role → the journal → `inner` →
 //! the commit state. `inner` is never held while waiting for the leader role.
 
