@@ -176,16 +176,24 @@ fn probes_main(args: &[String]) -> i32 {
     0
 }
 
-/// `report synced [--scale small|full] [--out DIR]`: the synced-write section alone, in the
-/// order of the full report (LevelDB `--sync 1` under valet, stock and native, the probes,
-/// the grouped syncs, the probes again), written to `DIR/synced.md`.
-fn synced_main(args: &[String]) -> i32 {
-    let usage = "usage: report synced [--scale small|full] [--out DIR]";
-    let Some((scale, out)) = scale_and_out(args, usage) else {
+/// `report NAME [--scale small|full] [--out DIR]` for a section that `body` measures with a
+/// runner of its own and returns as markdown, written to `DIR/NAME.md`.
+pub(super) fn section_main(
+    args: &[String],
+    name: &str,
+    body: impl FnOnce(&Runner, Scale) -> Result<String, String>,
+) -> i32 {
+    let usage = format!("usage: report {name} [--scale small|full] [--out DIR]");
+    let Some((scale, out)) = scale_and_out(args, &usage) else {
         return 2;
     };
-    run_section(&out, "synced", |work| {
-        let runner = runner_in(work, scale)?;
+    run_section(&out, name, |work| body(&runner_in(work, scale)?, scale))
+}
+
+/// `report synced`: the synced-write section alone, in the order of the full report
+/// (LevelDB `--sync 1` under valet, stock and native, the probes, the grouped syncs).
+fn synced_main(args: &[String]) -> i32 {
+    section_main(args, "synced", |runner, scale| {
         let mut rows = Vec::new();
         for w in workloads::all(scale)
             .into_iter()
@@ -205,38 +213,24 @@ fn synced_main(args: &[String]) -> i32 {
         eprintln!("report: one-flush limit and 430 B append + fdatasync");
         let probes = synced::probes(&runner.work, scale);
         let again = synced::probes(&runner.work, scale);
-        let groups = synced::groups(&runner, scale);
-        let s = synced::Synced {
-            limit: probes.limit,
-            append: probes.append,
-            store: probes.store,
-            limit_again: again.limit,
-            append_again: again.append,
-            groups,
-        };
+        let s = synced::Synced::new(probes, again, synced::groups(runner, scale));
         Ok(write::synced_section(&rows, &s, scale))
     })
 }
 
-/// `report tenants [--scale small|full] [--out DIR]`: the multi-tenant section alone
-/// (valet tenants and stock processes, each alone and together), written to
-/// `DIR/tenants.md`.
+/// `report tenants`: the multi-tenant section alone (valet tenants and stock processes,
+/// each alone and together).
 fn tenants_main(args: &[String]) -> i32 {
-    let usage = "usage: report tenants [--scale small|full] [--out DIR]";
-    let Some((scale, out)) = scale_and_out(args, usage) else {
-        return 2;
-    };
-    run_section(&out, "tenants", |work| {
-        let runner = runner_in(work, scale)?;
+    section_main(args, "tenants", |runner, scale| {
         let results = tenant_pair(scale)
             .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
-            .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+            .and_then(|pair| tenants::run(runner, &pair, scale.zones()));
         Ok(write::tenants_section(&results, scale))
     })
 }
 
 /// A runner whose scratch directories go under `work`.
-pub(super) fn runner_in(work: PathBuf, scale: Scale) -> Result<Runner, String> {
+fn runner_in(work: PathBuf, scale: Scale) -> Result<Runner, String> {
     let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
     Ok(Runner {
         valet_run: runners::find_valet_run(&self_exe)?,
@@ -321,14 +315,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         cache_guest,
         cache,
         tenants,
-        synced: synced::Synced {
-            limit: probes.limit,
-            append: probes.append,
-            store: probes.store,
-            limit_again: again.limit,
-            append_again: again.append,
-            groups,
-        },
+        synced: synced::Synced::new(probes, again, groups),
         zone_maps,
         wall: start.elapsed(),
     };

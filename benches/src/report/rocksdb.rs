@@ -623,13 +623,7 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
 
 /// `report rocksdb [--scale small|full] [--out DIR]`.
 pub fn main(args: &[String]) -> i32 {
-    let usage = "usage: report rocksdb [--scale small|full] [--out DIR]";
-    let Some((scale, out)) = super::scale_and_out(args, usage) else {
-        return 2;
-    };
-    super::run_section(&out, "rocksdb", |work| {
-        Ok(section(&super::runner_in(work, scale)?, scale))
-    })
+    super::section_main(args, "rocksdb", |runner, scale| Ok(section(runner, scale)))
 }
 
 #[cfg(test)]

@@ -314,6 +314,19 @@ pub struct Synced {
 }
 
 impl Synced {
+    /// The probes at the LevelDB rows (`first`) and before the grouped syncs (`again`),
+    /// with the grouped syncs.
+    pub fn new(first: Probes, again: Probes, groups: Vec<(Kind, Result<Rounds, String>)>) -> Self {
+        Synced {
+            limit: first.limit,
+            append: first.append,
+            store: first.store,
+            limit_again: again.limit,
+            append_again: again.append,
+            groups,
+        }
+    }
+
     /// The median round of `kind`.
     pub fn group(&self, kind: Kind) -> Option<&Group> {
         self.groups

@@ -231,18 +231,24 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
     );
 }
 
-/// `report synced`: the synced-write section on its own (the LevelDB `--sync 1` rows, the
-/// probes and the grouped syncs), as markdown.
-pub fn synced_section(rows: &[Row], s: &synced::Synced, scale: Scale) -> String {
+/// A section run on its own (`report NAME`): its title and how it was made.
+fn section_doc(title: &str, name: &str, scale: Scale) -> Doc {
     let mut doc = Doc::default();
-    doc.heading(1, "Valet synced writes");
+    doc.heading(1, title);
     doc.paragraph(&format!(
         "Scale `{}`, on a machine with {} cores. Made by `cargo run --release -p \
-         valet-benches --bin report -- synced --scale {} --out DIR`.",
+         valet-benches --bin report -- {name} --scale {} --out DIR`.",
         scale.name(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         scale.name()
     ));
+    doc
+}
+
+/// `report synced`: the synced-write section on its own (the LevelDB `--sync 1` rows, the
+/// probes and the grouped syncs), as markdown.
+pub fn synced_section(rows: &[Row], s: &synced::Synced, scale: Scale) -> String {
+    let mut doc = section_doc("Valet synced writes", "synced", scale);
     synced(rows, s, scale, &mut doc);
     doc.render().to_string()
 }
@@ -666,15 +672,7 @@ pub fn tenants_section(
     results: &Result<Vec<super::tenants::TenantResult>, String>,
     scale: Scale,
 ) -> String {
-    let mut doc = Doc::default();
-    doc.heading(1, "Valet tenants");
-    doc.paragraph(&format!(
-        "Scale `{}`, on a machine with {} cores. Made by `cargo run --release -p \
-         valet-benches --bin report -- tenants --scale {} --out DIR`.",
-        scale.name(),
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        scale.name()
-    ));
+    let mut doc = section_doc("Valet tenants", "tenants", scale);
     tenants(results, &mut doc);
     doc.render().to_string()
 }
