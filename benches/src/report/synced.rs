@@ -349,14 +349,8 @@ pub fn rounds(scale: Scale) -> usize {
 /// an image in `dir`, then `fdatasync` (`FileHandle::sync_data`). What the store adds to the
 /// disk's one-flush limit.
 pub fn store_probe(dir: &Path, n: usize) -> Result<Probe, String> {
-    use std::sync::Arc;
-    use valet_vfs::device::{Geometry, ImageDevice, ImageOptions};
     let image = dir.join("store-probe.img");
-    let device = ImageDevice::create(&image, Geometry::EMBEDDED_DEFAULT, ImageOptions::default())
-        .map_err(|e| format!("{}: {e}", image.display()))?;
-    let store = valet_vfs::Store::open(Arc::new(device), valet_vfs::StoreConfig::default())
-        .map_err(|e| e.to_string())?;
-    let (_, root) = store.tenant("probe").map_err(|e| e.to_string())?;
+    let (store, root) = probe_store(&image)?;
     let file = store
         .open_file(root, "000003.log", valet_vfs::OpenOptions::create())
         .map_err(|e| e.to_string())?;
@@ -370,6 +364,19 @@ pub fn store_probe(dir: &Path, n: usize) -> Result<Probe, String> {
     let _ = std::fs::remove_file(&image);
     closed.map_err(|e| e.to_string())?;
     probe
+}
+
+/// A store of its own on a new image at `image` (the embedded geometry), with the root of
+/// its tenant `probe`.
+fn probe_store(image: &Path) -> Result<(valet_vfs::Store, valet_vfs::Ino), String> {
+    use std::sync::Arc;
+    use valet_vfs::device::{Geometry, ImageDevice, ImageOptions};
+    let device = ImageDevice::create(image, Geometry::EMBEDDED_DEFAULT, ImageOptions::default())
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    let store = valet_vfs::Store::open(Arc::new(device), valet_vfs::StoreConfig::default())
+        .map_err(|e| e.to_string())?;
+    let (_, root) = store.tenant("probe").map_err(|e| e.to_string())?;
+    Ok((store, root))
 }
 
 /// The probes of one measuring point.
@@ -497,18 +504,11 @@ fn native_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
 /// `n` threads of this process appending to files of one store on an image in `work`, no
 /// guest and no WASI: what the store's group commit gives without any guest's cost.
 fn store_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
-    use std::sync::Arc;
-    use valet_vfs::device::{Geometry, ImageDevice, ImageOptions};
     let dir = tempfile::Builder::new()
         .prefix("store-sync-")
         .tempdir_in(work)
         .map_err(|e| e.to_string())?;
-    let image = dir.path().join("zones.img");
-    let device = ImageDevice::create(&image, Geometry::EMBEDDED_DEFAULT, ImageOptions::default())
-        .map_err(|e| format!("{}: {e}", image.display()))?;
-    let store = valet_vfs::Store::open(Arc::new(device), valet_vfs::StoreConfig::default())
-        .map_err(|e| e.to_string())?;
-    let (_, root) = store.tenant("probe").map_err(|e| e.to_string())?;
+    let (store, root) = probe_store(&dir.path().join("zones.img"))?;
     let group = thread_group(n, secs, |t, until| {
         let file = store
             .open_file(root, &format!("s{t}.log"), valet_vfs::OpenOptions::create())

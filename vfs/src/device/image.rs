@@ -173,18 +173,22 @@ impl State {
         }
     }
 
-    /// Keeps only the touched zones the filler has work in (open, and less than
-    /// [`PREPARE_LOW`] prepared past the write pointer); whether any is left. Most syncs
-    /// leave plenty prepared, and then wake no thread.
+    /// Whether the filler has work in `zone`: active, and less than [`PREPARE_LOW`]
+    /// prepared past its write pointer (short of the zone's end).
+    fn short_of_prepared(&self, zone: ZoneId, capacity: u64) -> bool {
+        self.table.info(zone).is_ok_and(|info| {
+            let wp = info.write_pointer;
+            let ready = self.prepared[zone as usize].max(wp);
+            info.state.is_active() && ready < capacity && ready - wp < PREPARE_LOW
+        })
+    }
+
+    /// Keeps only the touched zones the filler has work in; whether any is left. Most
+    /// syncs leave plenty prepared, and then wake no thread.
     fn keep_zones_to_fill(&mut self, capacity: u64) -> bool {
-        let (table, prepared) = (&self.table, &self.prepared);
-        self.touched.retain(|&zone| {
-            table.info(zone).is_ok_and(|info| {
-                let wp = info.write_pointer;
-                let ready = prepared[zone as usize].max(wp);
-                info.state.is_active() && ready < capacity && ready - wp < PREPARE_LOW
-            })
-        });
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.retain(|&zone| self.short_of_prepared(zone, capacity));
+        self.touched = touched;
         !self.touched.is_empty()
     }
 }
@@ -226,8 +230,9 @@ impl Core {
     }
 }
 
-/// The fill-ahead thread: woken after a sync that left a zone short of prepared blocks, ended (and joined) when the device drops,
-/// so the image's lock is released when the device is gone.
+/// The fill-ahead thread: woken after a sync that left a zone short of prepared blocks,
+/// ended (and joined) when the device drops, so the image's lock is released when the
+/// device is gone.
 struct Filler {
     wake: Option<Mutex<Sender<()>>>,
     thread: Option<JoinHandle<()>>,
@@ -306,7 +311,7 @@ fn prepare_ahead(core: &Core) -> Result<(), DeviceError> {
                 }
                 let end = match target {
                     Some(end) => end,
-                    None if prepared - wp >= PREPARE_LOW => break,
+                    None if !st.short_of_prepared(zone, capacity) => break,
                     None => *target.insert((wp + PREPARE_AHEAD).min(capacity)),
                 };
                 if prepared >= end {

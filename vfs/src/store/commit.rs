@@ -76,10 +76,9 @@ struct CommitState {
     /// Guest syncers of recent commits, with the number of the commit each last took part
     /// in: those the next leader waits for.
     recent: Vec<(ThreadId, u64)>,
-    /// The batch a leader is waiting in now (see [`GroupCommit::batch`]), and the last
-    /// batch whose leader role a syncer took over.
+    /// The batch a leader is waiting in now (see [`GroupCommit::batch`]); a syncer that
+    /// takes the leader role over clears it.
     batching: Option<u64>,
-    handed_over: Option<u64>,
     next_batch: u64,
     /// Moving average of a commit's duration, in nanoseconds.
     commit_ns: u64,
@@ -105,46 +104,42 @@ pub(super) struct CommitCounts {
     pub batch_wait_ns: u64,
 }
 
-impl CommitState {
-    /// Whether `thread` waits for a change that is not durable yet.
-    fn uncovered(&self, thread: ThreadId) -> bool {
-        self.waiting
-            .iter()
-            .any(|&(t, target)| t == thread && target > self.durable)
-    }
+/// Whether `thread` is among `waiting` for a change past `durable`.
+fn uncovered(waiting: &[(ThreadId, u64)], durable: u64, thread: ThreadId) -> bool {
+    waiting
+        .iter()
+        .any(|&(t, target)| t == thread && target > durable)
+}
 
+impl CommitState {
     /// Syncers the leader should wait for: part of the last two commits and not here.
     fn expected(&mut self) -> usize {
         let recent_from = self.commits.saturating_sub(2);
         self.recent.retain(|&(_, commit)| commit >= recent_from);
-        let recent = &self.recent;
-        recent.iter().filter(|(t, _)| !self.uncovered(*t)).count()
+        let (waiting, durable) = (&self.waiting, self.durable);
+        self.recent
+            .iter()
+            .filter(|&&(t, _)| !uncovered(waiting, durable, t))
+            .count()
     }
 
     /// The commit about to run covers every syncer waiting for it now.
     fn note_participants(&mut self) {
         let commit = self.commits;
-        for i in 0..self.waiting.len() {
-            let (t, target) = self.waiting[i];
-            if target <= self.durable {
-                continue;
-            }
-            match self.recent.iter_mut().find(|(r, _)| *r == t) {
+        let (waiting, recent) = (&self.waiting, &mut self.recent);
+        let durable = self.durable;
+        for &(t, _) in waiting.iter().filter(|&&(_, target)| target > durable) {
+            match recent.iter_mut().find(|(r, _)| *r == t) {
                 Some(entry) => entry.1 = commit,
-                None => self.recent.push((t, commit)),
+                None => recent.push((t, commit)),
             }
         }
     }
 
     /// Forgets expected syncers that did not come in time.
     fn forget_absent(&mut self) {
-        let present: Vec<bool> = self
-            .recent
-            .iter()
-            .map(|(t, _)| self.uncovered(*t))
-            .collect();
-        let mut present = present.into_iter();
-        self.recent.retain(|_| present.next().unwrap_or(false));
+        let (waiting, durable) = (&self.waiting, self.durable);
+        self.recent.retain(|&(t, _)| uncovered(waiting, durable, t));
     }
 }
 
@@ -211,7 +206,7 @@ impl GroupCommit {
             if counted && st.batching.is_some() && st.expected() == 0 {
                 // The leader waits only for syncers that are all here now: lead in its
                 // place rather than wake it (one context switch less per commit).
-                st.handed_over = st.batching.take();
+                st.batching = None;
                 self.arrived.notify_all();
                 st = self.lead_one(st, target, &mut lead);
                 continue;
@@ -280,7 +275,8 @@ impl GroupCommit {
         let id = st.next_batch;
         st.batching = Some(id);
         let handed_over = loop {
-            if st.handed_over == Some(id) {
+            // Only a syncer that took the role over changes it while we wait.
+            if st.batching != Some(id) {
                 break true;
             }
             let now = Instant::now();

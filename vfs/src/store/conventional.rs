@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
@@ -129,12 +129,17 @@ pub(super) fn read_host(file: &File, buf: &mut [u8], offset: u64) -> Result<usiz
 }
 
 impl Store {
-    /// A write to a conventional file: the size grows under the lock, the bytes go to the
-    /// host file without it, and only then is the file marked dirty (so a sync that began
-    /// meanwhile cannot clear the mark before these bytes are in the file).
-    pub(super) fn write_conventional(&self, ino: Ino, data: &[u8], offset: u64) -> Result<()> {
+    /// A write to a conventional file: the size grows under the caller's lock, the bytes go
+    /// to the host file without it, and only then is the file marked dirty (so a sync that
+    /// began meanwhile cannot clear the mark before these bytes are in the file).
+    pub(super) fn write_conventional(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        ino: Ino,
+        data: &[u8],
+        offset: u64,
+    ) -> Result<()> {
         let file = {
-            let mut inner = self.lock()?;
             let file = inner.host_file(ino)?;
             let inode = inner.state.inode_mut(ino)?;
             inode.size = inode.size.max(offset + data.len() as u64);
@@ -143,6 +148,7 @@ impl Store {
             *inner.counters.conventional.entry(tenant).or_default() += data.len() as u64;
             file
         };
+        drop(inner);
         file.write_all_at(data, offset)?;
         let mut inner = self.lock()?;
         if let Some(of) = inner.open.get_mut(&ino) {

@@ -76,8 +76,7 @@ impl Store {
         let (tenant, class, stream) = (inode.tenant, inode.hint.class, inode.hint.stream);
         *inner.counters.tenant_host.entry(tenant).or_default() += data.len() as u64;
         if class == Class::Conventional {
-            drop(inner);
-            self.write_conventional(ino, data, at)?;
+            self.write_conventional(inner, ino, data, at)?;
             return Ok(at);
         }
         let key = StreamKey::user(tenant, stream);
