@@ -305,6 +305,44 @@ fn a_lone_syncer_never_waits_for_others() {
     );
 }
 
+/// A sync or close waits for its own file's changes only: closing a file whose data is
+/// durable costs no flush while another file is dirty, and a file's sync still makes it
+/// (and everything recorded before it) durable.
+#[test]
+fn a_close_of_a_durable_file_costs_no_flush() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let old = store.open_file(root, "old", OpenOptions::create()).unwrap();
+    old.write_at(&[1u8; 200_000], 0).unwrap();
+    old.sync_data().unwrap();
+    let fresh = store
+        .open_file(root, "fresh", OpenOptions::create())
+        .unwrap();
+    fresh.write_at(&[2u8; 300_000], 0).unwrap();
+    let before = dev.syncs.load(Ordering::SeqCst);
+    old.close().unwrap();
+    assert_eq!(
+        dev.syncs.load(Ordering::SeqCst),
+        before,
+        "closing a durable file flushed the device"
+    );
+    fresh.close().unwrap();
+    assert!(
+        dev.syncs.load(Ordering::SeqCst) > before,
+        "closing a dirty file did not flush"
+    );
+    drop(store);
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    for (name, byte, len) in [("old", 1u8, 200_000), ("fresh", 2u8, 300_000)] {
+        let r = store.open_file(root, name, OpenOptions::read()).unwrap();
+        let mut buf = vec![0u8; len + 1];
+        assert_eq!(r.read_at(&mut buf, 0).unwrap(), len, "{name}");
+        assert!(buf[..len].iter().all(|&b| b == byte), "{name}");
+    }
+}
+
 #[test]
 fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
     let dev = Faulty::new();

@@ -757,6 +757,10 @@ struct MFile {
     ino: Ino,
     /// Every byte has left the write buffer (so the next commit makes all of it durable).
     flushed: bool,
+    /// The position in the model's history (counted from mount) of the namespace the
+    /// file's last link left (its create, or a rename or link to it): a sync of the file
+    /// makes that namespace, or a later one, durable.
+    named_at: usize,
     /// What a power failure now may leave of the file (power-loss runs only): one version
     /// when it is known exactly, otherwise every version since it last was.
     versions: Vec<Vec<u8>>,
@@ -780,8 +784,12 @@ struct Model {
     /// Keep what power-loss checks need (`versions`, `history`, `gone`).
     track: bool,
     /// The namespace after the last commit the model knows of and after every operation
-    /// since: what a power failure may leave.
+    /// since: what a power failure may leave. A sync of one file makes durable everything
+    /// up to that file's own last change (the store's journal is one sequence), so it
+    /// drops the namespaces before the file was last linked.
     history: Vec<Namespace>,
+    /// The position of `history[0]`, counted from mount.
+    history_start: usize,
     /// Versions of files freed since that commit, by inode (a power failure may bring
     /// them back).
     gone: HashMap<Ino, Vec<Vec<u8>>>,
@@ -882,9 +890,33 @@ impl Model {
         }
     }
 
+    /// The file was just linked (created, renamed or linked to a name).
+    fn linked(&mut self, fid: Fid) {
+        let now = self.history_start + self.history.len().saturating_sub(1);
+        self.file(fid).named_at = now;
+    }
+
+    /// An fsync or close of the file: its bytes are durable, and so is the namespace its
+    /// last link left (or a later one).
+    fn synced(&mut self, fid: Fid) {
+        let track = self.track;
+        let f = self.file(fid);
+        f.flushed = true;
+        let named_at = f.named_at;
+        if track {
+            f.versions = vec![f.data.clone()];
+            let drop = named_at
+                .saturating_sub(self.history_start)
+                .min(self.history.len().saturating_sub(1));
+            self.history.drain(..drop);
+            self.history_start += drop;
+        }
+    }
+
     /// A commit of everything pending: the namespace is durable, and so is every file
     /// whose bytes were all flushed.
     fn committed(&mut self) {
+        self.history_start += self.history.len().saturating_sub(1);
         self.history = vec![self.namespace()];
         self.gone.clear();
         for f in self.files.values_mut() {
@@ -909,6 +941,7 @@ impl Model {
                         data: Vec::new(),
                         ino: 0,
                         flushed: true,
+                        named_at: 0,
                         versions: vec![Vec::new()],
                     },
                 );
@@ -1139,9 +1172,15 @@ impl<B: Backend> Harness<B> {
             Op::Fsync { slot } => self.fsync(slot),
             Op::Rename { from, to } => {
                 let (from, to) = (PATHS[from], PATHS[to]);
+                let mut moved = self.model.names.get(from).copied();
+                if self.model.names.get(to).copied() == moved {
+                    // Renaming a file onto itself changes nothing.
+                    moved = None;
+                }
                 let want = self.model.rename(from, to);
                 let got = self.errno(self.store().rename(self.root, from, self.root, to));
                 self.namespace_op(&format!("rename {from} {to}"), want, got);
+                self.relinked(moved, want);
             }
             Op::Unlink { path } => {
                 let p = PATHS[path];
@@ -1151,9 +1190,11 @@ impl<B: Backend> Harness<B> {
             }
             Op::Link { from, to } => {
                 let (from, to) = (PATHS[from], PATHS[to]);
+                let linked = self.model.names.get(from).copied();
                 let want = self.model.link(from, to);
                 let got = self.errno(self.store().link(self.root, from, self.root, to));
                 self.namespace_op(&format!("link {from} {to}"), want, got);
+                self.relinked(linked, want);
             }
             Op::Mkdir { path } => {
                 let p = PATHS[path];
@@ -1193,6 +1234,15 @@ impl<B: Backend> Harness<B> {
         }
     }
 
+    /// After a rename or link of `entry`: a file given a name was linked.
+    fn relinked(&mut self, entry: Option<Entry>, done: Result<(), Errno>) {
+        if let (Some(Entry::File(fid)), Ok(())) = (entry, done) {
+            if self.model.files.contains_key(&fid) {
+                self.model.linked(fid);
+            }
+        }
+    }
+
     fn namespace_op(&mut self, what: &str, want: Result<(), Errno>, got: Result<(), Errno>) {
         self.model.note_namespace();
         self.forget_unreferenced();
@@ -1228,6 +1278,9 @@ impl<B: Backend> Harness<B> {
             }
         }
         self.model.note_namespace();
+        if let Ok((fid, true)) = want {
+            self.model.linked(fid);
+        }
         if self.backend.blown() {
             return;
         }
@@ -1247,10 +1300,9 @@ impl<B: Backend> Harness<B> {
             return;
         }
         closed.unwrap_or_else(|e| panic!("close: {e}"));
-        if let Some(f) = self.model.files.get_mut(&s.fid) {
-            f.flushed = true;
+        if self.model.files.contains_key(&s.fid) {
+            self.model.synced(s.fid);
         }
-        self.model.committed();
     }
 
     fn max_offset(&self) -> u64 {
@@ -1371,8 +1423,7 @@ impl<B: Backend> Harness<B> {
         }
         synced.unwrap_or_else(|e| panic!("fsync: {e}"));
         let fid = s.fid;
-        self.model.file(fid).flushed = true;
-        self.model.committed();
+        self.model.synced(fid);
     }
 
     /// Files neither named nor open are gone.
@@ -1669,6 +1720,7 @@ impl<B: Backend> Harness<B> {
                             data,
                             ino,
                             flushed: true,
+                            named_at: 0,
                         },
                     );
                     fid

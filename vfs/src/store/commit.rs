@@ -1,7 +1,12 @@
 //! Group commit: concurrent syncs share one journal write and one device flush.
 //!
 //! Every change to the store's metadata and every device write bumps a change counter
-//! (`Inner::changes`). A sync asks for its counter value to become durable. The first
+//! (`Inner::changes`). A sync asks for a counter value to become durable: a guest's fsync,
+//! fdatasync or close the value of its own file's newest change (`Inner::undurable`), so a
+//! file whose changes a commit already covered costs nothing; the store's own commits the
+//! current value. The journal is one sequence, so a commit also covers every change made
+//! before the ones asked for (a file's create before its data, a zone before its
+//! extents). The first
 //! syncer to find no commit running becomes the leader: it takes every pending operation
 //! (under the store lock, briefly), writes them as one journal transaction and flushes the
 //! device, all without the store lock, then publishes the counter value it made durable.

@@ -280,6 +280,10 @@ struct Inner {
     /// Counts every recorded operation and completed device write: a sync asks for the
     /// value it saw to become durable (see [`commit`]).
     changes: u64,
+    /// Per inode, the counter value of its newest change no commit has made durable yet
+    /// (absent: all of it is durable). A sync or close waits for its own file's changes
+    /// only, so closing a file written long ago costs no commit.
+    undurable: IntMap<Ino, u64>,
     /// Device writes since the last commit took the pending operations.
     unsynced_writes: bool,
     pool: BufferPool,
@@ -559,14 +563,20 @@ impl Store {
         self.commit_for(Asker::Store)
     }
 
-    /// [`Store::commit`] for a guest's fsync, fdatasync or close: a leader waits briefly for
-    /// the other syncers it expects (see [`commit`]).
-    fn commit_sync(&self) -> Result<()> {
-        self.commit_for(Asker::Sync)
+    /// Makes the changes to `ino` durable for a guest's fsync, fdatasync or close (with
+    /// every change made before them: the journal is one sequence). A leader waits briefly
+    /// for the other syncers it expects (see [`commit`]).
+    fn commit_file(&self, ino: Ino) -> Result<()> {
+        let target = self.lock()?.undurable.get(&ino).copied().unwrap_or(0);
+        self.commit_upto(target, Asker::Sync)
     }
 
     fn commit_for(&self, asker: Asker) -> Result<()> {
         let target = self.lock()?.changes;
+        self.commit_upto(target, asker)
+    }
+
+    fn commit_upto(&self, target: u64, asker: Asker) -> Result<()> {
         self.shared
             .commit
             .make_durable(target, asker, || self.lead_commit())
@@ -625,6 +635,7 @@ impl Store {
                 let mut inner = self.lock()?;
                 inner.counters.syncs += syncs;
                 inner.meta_bytes = journal.bytes_written;
+                inner.undurable.retain(|_, change| *change > upto);
                 if let Some(conv) = &mut inner.conv {
                     conv.remove_freed()?;
                 }
@@ -1042,7 +1053,7 @@ impl Store {
         // Durable on close, as the Valet paper promises and as applications assume.
         let synced = self
             .flush_or_sync_conventional(ino)
-            .and_then(|()| self.commit_sync());
+            .and_then(|()| self.commit_file(ino));
         let freed = self.with(|inner| {
             let Some(handle) = inner.handles.remove(&id) else {
                 return Ok(false);
@@ -1103,7 +1114,7 @@ impl FileHandle {
     pub fn sync_all(&self) -> Result<()> {
         self.store.lock()?.handle(self.id)?;
         self.store.sync_file(self.ino)?;
-        self.store.commit_sync()?;
+        self.store.commit_file(self.ino)?;
         self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
             let path = inner.state.any_path(self.ino);
@@ -1178,8 +1189,11 @@ impl Inner {
     /// one operation (a rename's unlink and link) must reach the journal together.
     fn record(&mut self, op: MetaOp) -> Result<()> {
         self.state.apply(&op)?;
-        self.pending.push(op);
         self.changes += 1;
+        for ino in op.inodes().into_iter().flatten() {
+            self.undurable.insert(ino, self.changes);
+        }
+        self.pending.push(op);
         self.reclaim_emptied();
         Ok(())
     }

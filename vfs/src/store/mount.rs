@@ -131,6 +131,7 @@ pub(super) fn mount(
         state,
         pending: Vec::new(),
         changes: 0,
+        undurable: Default::default(),
         unsynced_writes: false,
         open: Default::default(),
         handles: Default::default(),

@@ -152,6 +152,31 @@ pub enum MetaOp {
     },
 }
 
+impl MetaOp {
+    /// The inodes whose contents, attributes or entries this operation changes (a link
+    /// changes both the directory and the file it names). Operations on zones and tenants
+    /// change none: the operations that depend on them follow them in the journal.
+    pub fn inodes(&self) -> [Option<Ino>; 2] {
+        match *self {
+            MetaOp::Link { dir, ino, .. } => [Some(dir), Some(ino)],
+            MetaOp::Unlink { dir, .. } => [Some(dir), None],
+            MetaOp::CreateInode { ino, .. }
+            | MetaOp::FreeInode { ino }
+            | MetaOp::MapExtent { ino, .. }
+            | MetaOp::SetAttr { ino, .. }
+            | MetaOp::SetHint { ino, .. }
+            | MetaOp::Extend { ino, .. }
+            | MetaOp::Inline { ino, .. }
+            | MetaOp::InlineDone { ino, .. }
+            | MetaOp::Symlink { ino, .. } => [Some(ino), None],
+            MetaOp::NewTenant { .. }
+            | MetaOp::AssignZone { .. }
+            | MetaOp::ReleaseZone { .. }
+            | MetaOp::Units { .. } => [None, None],
+        }
+    }
+}
+
 /// What a checkpoint holds: everything but the derived zone validity.
 #[derive(Serialize, Deserialize)]
 pub struct Snapshot {
