@@ -40,6 +40,13 @@
 //! Writes take the zone-table lock only to check and advance the write pointer: the data
 //! goes to the file with no lock held, so writes to different zones and reads proceed in
 //! parallel.
+//!
+//! A write of [`EARLY_WRITEBACK`] bytes or more (a flushed buffer, a GC copy) starts the
+//! host's writeback of its range at once. The image is one host file, so its fdatasync
+//! writes back every dirty page of it: without this, a sync of a few bytes after megabytes
+//! of unsynced writes (a close, another tenant's log record) would wait for all of them,
+//! since the host holds dirty pages for up to half a minute. A real drive writes as it
+//! receives.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -63,6 +70,9 @@ const SLOT_HEAD: usize = 16;
 const ENTRY_LEN: usize = 16;
 /// How far past a zone's write pointer a sync leaves allocated blocks.
 const PREPARE_AHEAD: u64 = 1 << 20;
+/// Writes at least this long start their writeback at once (smaller ones are synced soon,
+/// or are not worth a system call).
+const EARLY_WRITEBACK: usize = 64 * 1024;
 /// What preparing writes (never more than [`PREPARE_AHEAD`] at once); zero-initialised
 /// statics cost no memory until read.
 static ZEROS: [u8; PREPARE_AHEAD as usize] = [0; PREPARE_AHEAD as usize];
@@ -326,15 +336,7 @@ fn prepare_ahead(core: &Core) -> Result<(), DeviceError> {
             let wrote = core.engine.write_at(zeros, at);
             if wrote.is_ok() {
                 // Start writing the zeros back now, so the next sync does not wait for them.
-                // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
-                unsafe {
-                    libc::sync_file_range(
-                        core.engine.file().as_raw_fd(),
-                        at as libc::off64_t,
-                        zeros.len() as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
-                }
+                start_writeback(core.engine.file(), at, zeros.len());
             }
             let mut st = core.lock();
             st.filling = None;
@@ -631,6 +633,9 @@ impl ZonedDevice for ImageDevice {
             self.lock().table.undo_write(zone, offset, len);
             return Err(e.into());
         }
+        if data.len() >= EARLY_WRITEBACK {
+            start_writeback(self.core.engine.file(), at, data.len());
+        }
         Ok(())
     }
 
@@ -801,6 +806,20 @@ fn lock_file(path: &Path, file: &File) -> Result<(), DeviceError> {
             return Err(bad(path, "image is in use by another process"));
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Starts the host's writeback of `len` bytes at `at` without waiting for it (a later
+/// fdatasync waits for what is still in flight, and reports any failure).
+fn start_writeback(file: &File, at: u64, len: usize) {
+    // SAFETY: plain syscall on a descriptor the caller owns; offsets fit off_t (Layout).
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            at as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
     }
 }
 
