@@ -343,6 +343,40 @@ fn a_close_of_a_durable_file_costs_no_flush() {
     }
 }
 
+/// A directory's fsync makes its entries durable, and writes no other file's buffered data
+/// (another tenant's megabytes are not its business).
+#[test]
+fn a_directory_sync_makes_its_entries_durable_and_nothing_else() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let other = store
+        .open_file(root, "other", OpenOptions::create())
+        .unwrap();
+    other.write_at(&[3u8; 40_000], 0).unwrap();
+    let dir = store.create_dir(root, "db").unwrap();
+    let manifest = store
+        .open_file(dir, "MANIFEST", OpenOptions::create())
+        .unwrap();
+    let (bytes, syncs) = (store.stats().device_bytes, dev.syncs.load(Ordering::SeqCst));
+    store.sync_dir(dir).unwrap();
+    assert_eq!(
+        store.stats().device_bytes,
+        bytes,
+        "another file's data was written"
+    );
+    assert!(dev.syncs.load(Ordering::SeqCst) > syncs, "no commit");
+    // The power fails: the entry is there, with its directory.
+    std::mem::forget((manifest, other));
+    std::mem::forget(store);
+    dev.inner.power_fail();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    store
+        .open_file(root, "db/MANIFEST", OpenOptions::read())
+        .unwrap();
+}
+
 #[test]
 fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
     let dev = Faulty::new();

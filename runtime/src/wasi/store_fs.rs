@@ -194,9 +194,9 @@ impl StoreDir {
         Ok((self.ino, parent, items))
     }
 
-    /// `fd_sync` / `fd_datasync` of a directory: the store's metadata durable.
+    /// `fd_sync` / `fd_datasync` of a directory: its entries durable.
     pub fn sync(&self) -> Result<(), Errno> {
-        Ok(self.store.sync()?)
+        Ok(self.store.sync_dir(self.ino)?)
     }
 }
 
