@@ -40,7 +40,10 @@
 //! - **Commits** ([`commit`]): the leader takes pending operations under `inner`, then
 //!   writes the journal and flushes the device with no lock held. The zones it will reset
 //!   after the flush are listed in `resetting` meanwhile, so that an allocation waits for
-//!   them instead of reporting ENOSPC. A guest's sync that becomes leader first waits (no
+//!   them instead of reporting ENOSPC. Only the store's own commits (the reclaimer's, an
+//!   allocation's, a whole-store sync) reset zones, and only after their leader has let go
+//!   of the leader role (`durable_dead`): a guest's sync wakes the reclaimer for that and
+//!   returns, and never waits behind a reset. A guest's sync that becomes leader first waits (no
 //!   lock held, at most half a commit's time and 1 ms) for the syncers of the last two
 //!   commits, so that syncers in closed loops share every flush.
 //! - **GC** ([`gc`], [`reclaim`]): one pass at a time (`collecting` names its victim). The
@@ -311,6 +314,9 @@ struct Inner {
     damaged: BTreeSet<ZoneId>,
     /// Zones a commit took from `to_reset` and is resetting now (after its flush).
     resetting: BTreeSet<ZoneId>,
+    /// Those of `resetting` whose death a commit made durable: the store's thread that
+    /// asked for it resets them once it has let go of the leader role.
+    durable_dead: BTreeSet<ZoneId>,
     /// The victim a GC pass is moving data out of now (one pass runs at a time).
     collecting: Option<ZoneId>,
     conv: Option<ConventionalArea>,
@@ -579,8 +585,15 @@ impl Store {
     fn commit_upto(&self, target: u64, asker: Asker) -> Result<()> {
         self.shared
             .commit
-            .make_durable(target, asker, || self.lead_commit())
-            .map_err(Error::Stopped)
+            .make_durable(target, asker, || self.lead_commit(asker))
+            .map_err(Error::Stopped)?;
+        if asker == Asker::Store {
+            // After the leader role is let go: a sync that comes meanwhile does not wait
+            // for the resets.
+            let zones = std::mem::take(&mut self.lock()?.durable_dead);
+            self.reset_zones(zones)?;
+        }
+        Ok(())
     }
 
     /// A commit led even when every change is durable already: zones wait on the reset
@@ -591,16 +604,27 @@ impl Store {
         self.commit()
     }
 
-    /// One commit as the leader: take the pending operations, write them, flush, then reset
-    /// the zones whose death is now durable.
-    fn lead_commit(&self) -> Led {
+    /// One commit as the leader: take the pending operations, write them, flush, then hand
+    /// the zones whose death is now durable to the store's own committer to reset. A
+    /// guest's sync takes none: it leaves them to the reclaimer (a reset of a large zone
+    /// can take milliseconds on the host, and the guest asked only for durability), and an
+    /// allocation that needs the space commits and resets them itself.
+    fn lead_commit(&self, asker: Asker) -> Led {
         let mut journal = self.shared.commit.journal();
         let mut upto = 0;
         let mut run = || -> Result<()> {
             let (record, snapshot, resets) = {
                 let mut inner = self.lock()?;
                 upto = inner.changes;
-                let resets = std::mem::take(&mut inner.to_reset);
+                let resets = match asker {
+                    Asker::Store => std::mem::take(&mut inner.to_reset),
+                    Asker::Sync => {
+                        if !inner.to_reset.is_empty() {
+                            self.shared.reclaimer.wake();
+                        }
+                        BTreeSet::new()
+                    }
+                };
                 // Allocations that need space meanwhile wait for these resets, not ENOSPC.
                 inner.resetting.extend(resets.iter().copied());
                 if inner.pending.is_empty() && !inner.unsynced_writes {
@@ -639,8 +663,9 @@ impl Store {
                 if let Some(conv) = &mut inner.conv {
                     conv.remove_freed()?;
                 }
+                inner.durable_dead.extend(resets);
             }
-            self.reset_zones(resets)
+            Ok(())
         };
         match run() {
             Ok(()) => Led::Durable(upto),
@@ -649,6 +674,7 @@ impl Store {
                 if let Ok(mut inner) = self.lock() {
                     let left = std::mem::take(&mut inner.resetting);
                     inner.to_reset.extend(left);
+                    inner.durable_dead.clear();
                 }
                 Led::Failed(upto, e.to_string())
             }

@@ -148,6 +148,7 @@ pub(super) fn mount(
         damaged: BTreeSet::new(),
         collecting: None,
         resetting: BTreeSet::new(),
+        durable_dead: BTreeSet::new(),
         conv,
         counters: Counters::default(),
         tick: 0,
