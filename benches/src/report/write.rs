@@ -38,6 +38,7 @@ pub fn report(r: &Results, out: &Path) -> Result<(), String> {
     guests(r, &mut doc);
     throughput(r, &mut doc, &mut figures);
     latency(r, &mut doc, &mut figures);
+    tails(r, &mut doc);
     synced(&r.rows, &r.synced, r.scale, &mut doc);
     device(r, &mut doc);
     waf_sweep(r, &mut doc, &mut figures);
@@ -229,6 +230,69 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
         "P99 latency per workload and configuration",
         "latency_p99.svg",
     );
+}
+
+/// The write path's tail targets: unsynced LevelDB fills and overwrites and the cache's
+/// sets, against stock wasmtime in the same run.
+const TAIL_TARGETS: &[(&str, &str)] = &[
+    ("leveldb", "fillseq"),
+    ("leveldb", "fillrandom"),
+    ("leveldb", "overwrite"),
+    ("cache", "set"),
+];
+
+fn tails(r: &Results, doc: &mut Doc) {
+    let mut t = Table::new(&[
+        "guest",
+        "workload",
+        "(a) ops/s",
+        "(c) ops/s",
+        "(a) P99.9",
+        "(c) P99.9",
+        "(a) P99.99",
+        "(c) P99.99",
+        "P99.99 (a)/(c)",
+        "verdict",
+    ]);
+    for &(label, name) in TAIL_TARGETS {
+        let Some(row) = r.rows.iter().find(|row| row.workload.label == label) else {
+            continue;
+        };
+        let (Some(a), Some(c)) = (
+            measurement(row, Config::Placed, name),
+            measurement(row, Config::Stock, name),
+        ) else {
+            continue;
+        };
+        let (Some(pa), Some(pc)) = (a.percentiles, c.percentiles) else {
+            continue;
+        };
+        // The cache's P99.9 is held to the same bound (its sets' tail starts there).
+        let p999_met = label != "cache" || pa.p999 <= 1.5 * pc.p999;
+        let met = a.ops_per_sec() >= c.ops_per_sec() && pa.p9999 <= 1.5 * pc.p9999 && p999_met;
+        t.row(vec![
+            label.into(),
+            name.into(),
+            num(Some(a.ops_per_sec())),
+            num(Some(c.ops_per_sec())),
+            num(Some(pa.p999)),
+            num(Some(pc.p999)),
+            num(Some(pa.p9999)),
+            num(Some(pc.p9999)),
+            ratio(Some(pa.p9999 / pc.p9999)),
+            verdict(Some(met)).into(),
+        ]);
+    }
+    if t.is_empty() {
+        return;
+    }
+    doc.heading(2, "Tails of unsynced writes against stock");
+    doc.paragraph(
+        "Target: (a) at least stock's ops/s, and P99.99 (for the cache's sets P99.9 too) \
+         within 1.5× of stock's, from the runs above. P99.99 of 20,000 operations is about \
+         their second-worst, so one slow event moves it; read it across several runs.",
+    );
+    doc.table(&t);
 }
 
 /// A section run on its own (`report NAME`): its title and how it was made.
