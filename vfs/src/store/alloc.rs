@@ -63,10 +63,15 @@ impl Store {
                 match inner.try_allocate(key, hint, want, for_gc, patient)? {
                     Ok(r) => {
                         self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
-                        let low = (inner.free.len() as u32) < inner.config.gc_low_zones;
+                        let low = inner.config.gc_low_zones as usize;
+                        let (short, short_soon) = (inner.free.len() < low, inner.free_soon() < low);
                         drop(inner);
-                        if low && !for_gc {
-                            self.shared.reclaimer.wake();
+                        if short && !for_gc {
+                            // Zones waiting for a reset may be enough: then only reset them.
+                            match short_soon {
+                                true => self.shared.reclaimer.wake(),
+                                false => self.shared.reclaimer.wake_for_resets(),
+                            }
                         }
                         return Ok(r);
                     }
@@ -185,6 +190,11 @@ impl Inner {
             "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
             self.state.geometry.capacity_bytes()
         )))
+    }
+
+    /// Free zones, counting those waiting for their reset (free space on its way).
+    pub(super) fn free_soon(&self) -> usize {
+        self.free.len() + self.to_reset.len() + self.resetting.len()
     }
 
     /// Whether a zone waiting for its reset could be reset by a commit now.

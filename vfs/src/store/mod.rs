@@ -620,7 +620,7 @@ impl Store {
                     Asker::Store => std::mem::take(&mut inner.to_reset),
                     Asker::Sync => {
                         if !inner.to_reset.is_empty() {
-                            self.shared.reclaimer.wake();
+                            self.shared.reclaimer.wake_for_resets();
                         }
                         BTreeSet::new()
                     }

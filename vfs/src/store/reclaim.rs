@@ -28,10 +28,13 @@ use std::time::{Duration, Instant};
 
 use super::Store;
 
-/// What the allocations tell the reclaimer.
+/// What the allocations and commits tell the reclaimer.
 #[derive(Default)]
 struct Signal {
+    /// Free zones fell below the low watermark: reset and collect up to the high one.
     wanted: bool,
+    /// A guest's commit made zones' death durable: reset them (and collect nothing).
+    resets: bool,
     stop: bool,
 }
 
@@ -65,6 +68,15 @@ impl Reclaimer {
         }
     }
 
+    /// Asks for the zones waiting for a reset to be reset (a guest's sync left them).
+    pub fn wake_for_resets(&self) {
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        if !signal.resets && !signal.wanted {
+            signal.resets = true;
+            self.wake.notify_one();
+        }
+    }
+
     /// Stops the thread after its current pass and waits for it.
     pub fn stop(&self) {
         self.signal.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
@@ -77,14 +89,17 @@ impl Reclaimer {
         }
     }
 
-    /// Waits for a wake-up; false once the store is stopping.
-    fn wait_for_work(&self) -> bool {
+    /// Waits for a wake-up: whether it asks to collect (or only to reset), or None once
+    /// the store is stopping.
+    fn wait_for_work(&self) -> Option<bool> {
         let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
-        while !signal.wanted && !signal.stop {
+        while !signal.wanted && !signal.resets && !signal.stop {
             signal = self.wake.wait(signal).unwrap_or_else(|p| p.into_inner());
         }
+        let collect = signal.wanted;
         signal.wanted = false;
-        !signal.stop
+        signal.resets = false;
+        (!signal.stop).then_some(collect)
     }
 
     /// Rests for `time` unless the store stops meanwhile; false once it is stopping.
@@ -113,13 +128,13 @@ fn run(store: Store) {
         Ok(inner) => inner.config.gc_share_percent.clamp(1, 100) as u32,
         Err(_) => return,
     };
-    while reclaimer.wait_for_work() {
+    while let Some(collect) = reclaimer.wait_for_work() {
         loop {
             let started = Instant::now();
             // A failure here (a device error, a stopped store) is met again, and reported,
             // by the allocation that needs the space; the reclaimer only waits for the next
             // wake-up.
-            let Ok(progress) = store.reclaim_pass() else {
+            let Ok(progress) = store.reclaim_pass(collect) else {
                 break;
             };
             if !progress {
@@ -134,15 +149,17 @@ fn run(store: Store) {
 }
 
 impl Store {
-    /// One step of the reclaimer: a commit when emptied zones wait for one, else one GC
-    /// pass while fewer than the high watermark of zones are free. Returns whether it did
-    /// anything (and should be called again).
-    fn reclaim_pass(&self) -> crate::Result<bool> {
+    /// One step of the reclaimer: a commit when emptied zones wait for one, else (in a
+    /// round that may `collect`) one GC pass while fewer than the high watermark of zones
+    /// are free. Returns whether it did anything (and should be called again).
+    fn reclaim_pass(&self, collect: bool) -> crate::Result<bool> {
         let (commit, collect, free) = {
             let inner = self.lock()?;
-            let below_high = (inner.free.len() as u32) < inner.config.gc_high_zones;
+            // Zones waiting for their reset are free space on its way: collecting while
+            // they count toward the watermark would move data for nothing.
+            let below_high = (inner.free_soon() as u32) < inner.config.gc_high_zones;
             let commit = inner.resettable_now();
-            (commit, below_high && !commit, inner.free.len())
+            (commit, collect && below_high && !commit, inner.free.len())
         };
         if commit {
             self.commit_for_resets()?;
