@@ -568,6 +568,13 @@ impl ImageDevice {
 
     /// Gives a reset zone's blocks back to the file system; space only, so a file system
     /// without hole punching is fine.
+    /// Resets `zone` in the table; returns its old write pointer.
+    fn reset_table(&self, zone: ZoneId) -> Result<u64, DeviceError> {
+        let mut st = self.lock();
+        st.prepared[zone as usize] = 0;
+        st.table.reset(zone)
+    }
+
     /// Gives a zone's space back to the host file system, in steps: a hole punch holds the
     /// image's inode locks, so every other read and write of the image waits for the step
     /// in progress (a whole 12 MiB zone at once took 3–8 ms).
@@ -715,17 +722,21 @@ impl ZonedDevice for ImageDevice {
     }
 
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        let old_wp = {
-            let mut st = self.lock();
-            st.prepared[zone as usize] = 0;
-            st.table.reset(zone)?
-        };
+        let old_wp = self.reset_table(zone)?;
         if old_wp == 0 {
             return Ok(());
         }
         // Without the table lock: nobody writes a zone before its reset returns.
         // The zone is reset either way; an error here only means its space is not back.
         self.punch(zone)
+    }
+
+    /// No hole punch (3–8 ms for a whole zone): the journal writes its next checkpoint
+    /// here at once. Old bytes past the new write pointer stay until overwritten; nothing
+    /// reads past a write pointer but recovery, which takes a journal record there only
+    /// when its sequence number continues the zone's records (the old ones are older).
+    fn reset_for_rewrite(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.reset_table(zone).map(drop)
     }
 
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
@@ -1282,6 +1293,49 @@ mod tests {
         d.sync().unwrap();
         assert_eq!(slot(&d), (4, 1));
         assert_eq!(d.sync_count(), 9);
+    }
+
+    /// The journal's next metadata zone is reset without a hole punch, so its old records
+    /// stay past the new checkpoint. A crash before the table records that reset leaves a
+    /// write pointer from the zone's earlier life: recovery still reads only the records
+    /// that continue the new checkpoint.
+    #[test]
+    fn a_journal_zone_reset_for_rewrite_recovers_only_its_new_records() {
+        use crate::store::journal::{self, Journal};
+        use crate::store::state::State;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let d = Arc::new(ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap());
+        let snapshot = State::new(geo()).snapshot();
+        let mut j = Journal::new(d.clone(), 1, 1);
+        // Zone 0: a checkpoint and two transactions; then zone 1 takes over and zone 0 is
+        // finished, as the store does.
+        for checkpoint in 0..2 {
+            j.checkpoint(&snapshot, &[]).unwrap();
+            d.sync().unwrap();
+            j.retire_previous().unwrap();
+            d.sync().unwrap();
+            if checkpoint == 0 {
+                assert!(j.append(&[]).unwrap() && j.append(&[]).unwrap());
+                d.sync().unwrap();
+            }
+        }
+        assert_eq!(d.zone_info(0).unwrap().state, ZoneState::Full);
+        // The next checkpoint goes to zone 0 again, and the process dies before a sync.
+        j.checkpoint(&snapshot, &[]).unwrap();
+        drop(j);
+        Arc::into_inner(d).unwrap().abandon();
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        assert_eq!(d.zone_info(0).unwrap().state, ZoneState::Full);
+        let read = journal::read_zone(&d, 0).unwrap();
+        assert_eq!(
+            read.records.len(),
+            1,
+            "stale records read after the new checkpoint"
+        );
+        let recovered = journal::recover(&d).unwrap().expect("a checkpoint");
+        assert_eq!(recovered.active, 0);
+        assert!(recovered.transactions.is_empty());
     }
 
     #[test]

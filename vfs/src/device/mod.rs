@@ -224,6 +224,13 @@ pub trait ZonedDevice: Send + Sync {
     /// Empties the zone: write pointer back to 0, state Empty, resources released.
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError>;
 
+    /// [`ZonedDevice::reset`] of a zone about to be written again at once (the journal's
+    /// next metadata zone): a device that gives a reset zone's space back to its host (the
+    /// embedded image's hole punch) may keep it, since it is needed again right away.
+    fn reset_for_rewrite(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.reset(zone)
+    }
+
     /// Moves the zone to Full without writing the rest of it; resources released.
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError>;
 

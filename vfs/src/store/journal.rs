@@ -110,7 +110,10 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
             None => h.kind == RecordKind::Checkpoint,
             Some(last) => h.kind == RecordKind::Transaction && h.seq == last.seq + 1,
         };
-        if pos >= wp && !continues {
+        // Records of one zone's life follow each other; anything else is the end (or, past
+        // the last record, bytes of the zone's earlier life, which a reset for rewrite
+        // leaves in place: their sequence numbers are older).
+        if !continues {
             break;
         }
         let total = (HEADER_LEN as u64 + h.payload_len).div_ceil(bs) * bs;
@@ -247,7 +250,7 @@ impl Journal {
         }
         let next = 1 - self.active;
         let zone = META_ZONES[next];
-        self.device.reset(zone)?;
+        self.device.reset_for_rewrite(zone)?;
         self.device.write(zone, 0, &record)?;
         self.bytes_written += record.len() as u64;
         self.next_seq += 1;
