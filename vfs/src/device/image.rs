@@ -1336,6 +1336,17 @@ mod tests {
         let recovered = journal::recover(&d).unwrap().expect("a checkpoint");
         assert_eq!(recovered.active, 0);
         assert!(recovered.transactions.is_empty());
+        // Had the crash torn that checkpoint, the old records after it are no sign of
+        // damage: recovery goes back to zone 1, still active.
+        let start = d.core.layout.zone_start(0);
+        d.abandon();
+        use std::os::unix::fs::FileExt;
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0u8; BS], start).unwrap();
+        drop(file);
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        let recovered = journal::recover(&d).unwrap().expect("a checkpoint");
+        assert_eq!(recovered.active, 1);
     }
 
     #[test]

@@ -79,8 +79,10 @@ pub struct ZoneRecords {
     pub records: Vec<Record>,
     /// Where the valid records end (the zone's real write pointer as far as they tell).
     pub end: u64,
-    /// A record failed its checks but a valid later one follows: damage, not a torn tail.
-    pub damaged_at: Option<u64>,
+    /// The newest sequence number of a record header found after the valid records
+    /// (below the write pointer). Newer than the zone's current life began, it means
+    /// damage, not a torn tail (see [`recover`]).
+    pub newest_after: Option<u64>,
 }
 
 /// Reads the valid records of a metadata zone, stopping at the first torn or foreign one.
@@ -136,22 +138,19 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         });
         pos += total;
     }
-    let last_seq = records.last().map(|r| r.seq);
-    let mut damaged_at = None;
+    let mut newest_after: Option<u64> = None;
     let mut scan = pos + bs;
-    while damaged_at.is_none() && scan + bs <= wp {
+    while scan + bs <= wp {
         device.read(zone, scan, &mut block)?;
         if let Some(h) = decode_header(&block) {
-            if last_seq.is_none_or(|last| h.seq > last) {
-                damaged_at = Some(pos);
-            }
+            newest_after = newest_after.max(Some(h.seq));
         }
         scan += bs;
     }
     Ok(ZoneRecords {
         records,
         end: pos,
-        damaged_at,
+        newest_after,
     })
 }
 
@@ -290,11 +289,30 @@ pub struct Recovered {
 pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut best: Option<(usize, Vec<Record>)> = None;
     let mut unreadable: Option<ZoneId> = None;
-    for (i, zone) in META_ZONES.iter().enumerate() {
-        let read = read_zone(device, *zone)?;
+    let reads = [
+        read_zone(device, META_ZONES[0])?,
+        read_zone(device, META_ZONES[1])?,
+    ];
+    let checkpoint_seq = |read: &ZoneRecords| read.records.first().map_or(0, |r| r.seq);
+    let floors = [
+        reads[0]
+            .records
+            .last()
+            .map_or(checkpoint_seq(&reads[1]), |r| r.seq),
+        reads[1]
+            .records
+            .last()
+            .map_or(checkpoint_seq(&reads[0]), |r| r.seq),
+    ];
+    for (i, (zone, read)) in META_ZONES.iter().zip(reads).enumerate() {
         // Records synced past a lazily kept write pointer: the pointer goes to their end.
         device.restore_write_pointer(*zone, read.end)?;
-        if let Some(at) = read.damaged_at {
+        // A record of the zone's current life after its valid ones is damage. Those are
+        // newer than its last valid record or, when not even its checkpoint is valid,
+        // than the other zone's checkpoint: the zone's earlier life ended before that one
+        // was written, and a reset for rewrite leaves its bytes in place.
+        if read.newest_after.is_some_and(|seq| seq > floors[i]) {
+            let at = read.end;
             let what = if at == 0 {
                 "its checkpoint".to_string()
             } else {
