@@ -566,8 +566,6 @@ impl ImageDevice {
         Ok(())
     }
 
-    /// Gives a reset zone's blocks back to the file system; space only, so a file system
-    /// without hole punching is fine.
     /// Resets `zone` in the table; returns its old write pointer.
     fn reset_table(&self, zone: ZoneId) -> Result<u64, DeviceError> {
         let mut st = self.lock();
@@ -575,9 +573,10 @@ impl ImageDevice {
         st.table.reset(zone)
     }
 
-    /// Gives a zone's space back to the host file system, in steps: a hole punch holds the
-    /// image's inode locks, so every other read and write of the image waits for the step
-    /// in progress (a whole 12 MiB zone at once took 3–8 ms).
+    /// Gives a reset zone's space back to the host file system (space only, so a file
+    /// system without hole punching is fine), in steps: a hole punch holds the image's
+    /// inode locks, so every other read and write of the image waits for the step in
+    /// progress (a whole 12 MiB zone at once took 3–8 ms).
     fn punch(&self, zone: ZoneId) -> Result<(), DeviceError> {
         let fd = self.core.engine.file().as_raw_fd();
         let start = self.core.layout.zone_start(zone);

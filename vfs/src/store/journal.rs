@@ -85,13 +85,15 @@ pub struct ZoneRecords {
     pub newest_after: Option<u64>,
 }
 
-/// Reads the valid records of a metadata zone, stopping at the first torn or foreign one.
-/// Only the end of the journal can be torn by a crash, so a valid record found after the
-/// stopping point means the journal was damaged.
+/// Reads the valid records of a metadata zone: its checkpoint and the transactions that
+/// continue its sequence, stopping at the first torn or foreign one. Only the end of the
+/// journal can be torn by a crash, so a newer record after the stopping point means damage;
+/// [`recover`] judges that from [`ZoneRecords::newest_after`].
 ///
 /// On a device with lazy write pointers the records synced last may lie past the zone's
 /// write pointer: reading goes on past it as long as the records continue the sequence.
-/// Nothing else can be there, since a metadata zone is reset (emptied) before it is reused.
+/// Bytes of the zone's earlier life may be there too (a reset for rewrite leaves them), but
+/// their sequence numbers are older, so they never continue it.
 pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> {
     let geometry = device.geometry();
     let bs = geometry.block_size as u64;
@@ -294,16 +296,10 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         read_zone(device, META_ZONES[1])?,
     ];
     let checkpoint_seq = |read: &ZoneRecords| read.records.first().map_or(0, |r| r.seq);
-    let floors = [
-        reads[0]
-            .records
-            .last()
-            .map_or(checkpoint_seq(&reads[1]), |r| r.seq),
-        reads[1]
-            .records
-            .last()
-            .map_or(checkpoint_seq(&reads[0]), |r| r.seq),
-    ];
+    let floors = [0, 1].map(|i| {
+        let last = reads[i].records.last();
+        last.map_or(checkpoint_seq(&reads[1 - i]), |r| r.seq)
+    });
     for (i, (zone, read)) in META_ZONES.iter().zip(reads).enumerate() {
         // Records synced past a lazily kept write pointer: the pointer goes to their end.
         device.restore_write_pointer(*zone, read.end)?;

@@ -573,7 +573,7 @@ impl Store {
     /// every change made before them: the journal is one sequence). A leader waits briefly
     /// for the other syncers it expects (see [`commit`]).
     fn commit_inode(&self, ino: Ino) -> Result<()> {
-        let target = self.lock()?.undurable.get(&ino).copied().unwrap_or(0);
+        let target = self.lock()?.undurable_upto(ino);
         self.commit_upto(target, Asker::Sync)
     }
 
@@ -1093,9 +1093,7 @@ impl Store {
         // needs no commit of its own: recovery writes inline bytes back anyway.
         let settled = {
             let inner = self.lock()?;
-            inner
-                .bytes_durable(ino)
-                .then(|| inner.undurable.get(&ino).copied().unwrap_or(0))
+            inner.bytes_durable(ino).then(|| inner.undurable_upto(ino))
         };
         let synced = self
             .flush_or_sync_conventional(ino)
@@ -1245,6 +1243,11 @@ impl Inner {
         self.pending.push(op);
         self.reclaim_emptied();
         Ok(())
+    }
+
+    /// The change counter `ino`'s changes are durable at (0 when they are already).
+    fn undurable_upto(&self, ino: Ino) -> u64 {
+        self.undurable.get(&ino).copied().unwrap_or(0)
     }
 
     /// Whether every byte written to `ino` is durable once its recorded changes are: nothing
