@@ -25,7 +25,9 @@
 //! syncer never waits. The wait costs a flush's latency at most half a flush, and it lets
 //! every flush carry every syncer. The last expected syncer to arrive leads the commit in
 //! the waiting leader's place (the leader then waits for it like any other syncer), so no
-//! thread has to be woken before the journal write starts.
+//! thread has to be woken before the journal write starts; the ones before it do not wake
+//! the leader either (it could do nothing but sleep again, and on a machine with more busy
+//! threads than cores each such wake-up costs a syncer its core).
 //!
 //! A sync returns only after a flush that began after its data and its journal record were
 //! written completed: the leader takes the operations after the syncer recorded them, and
@@ -215,9 +217,6 @@ impl GroupCommit {
                 self.arrived.notify_all();
                 st = self.lead_one(st, target, &mut lead);
                 continue;
-            }
-            if counted && st.batching.is_some() {
-                self.arrived.notify_all();
             }
             waited = true;
             st.sleepers += 1;
