@@ -129,14 +129,6 @@ impl Inner {
         if let Some(found) = self.use_head(key, hint, want)? {
             return Ok(Ok(self.reserve(found)));
         }
-        let at_reserve = self.free.len() <= self.config.gc_reserve_zones as usize;
-        if for_gc && at_reserve {
-            // Down to the reserve: copies go into room the tenant already holds, so that a
-            // pass frees a zone without taking one.
-            if let Some(r) = self.borrow_head(key, want) {
-                return Ok(Ok(self.reserve(r)));
-            }
-        }
         let reserve = if for_gc {
             0
         } else {
@@ -192,9 +184,6 @@ impl Inner {
         }
         if let Some(r) = self.borrow_head(key, want) {
             return Ok(Ok(self.reserve(r)));
-        }
-        if !for_gc && self.seal_mergeable_head()? {
-            return Ok(Err(Need::Collect));
         }
         let live = self.state.zones.total_valid() * self.state.block_size();
         Err(Error::NoSpace(format!(
@@ -255,40 +244,6 @@ impl Inner {
             block: wp as u32,
             blocks: (cap - wp).min(want as u64) as u32,
         })
-    }
-
-    /// Room left in the heads of `tenant` other than `except`'s, for data moved out of
-    /// `except`'s zones ([`Inner::borrow_head`] hands it out).
-    pub(super) fn room_beside(&self, except: StreamKey) -> u64 {
-        let cap = self.blocks_per_zone();
-        self.heads
-            .iter()
-            .filter(|(k, _)| **k != except && k.tenant == except.tenant)
-            .map(|(_, h)| h.zone as usize)
-            .filter(|&z| !self.fault[z] && !self.seal_pending[z])
-            .map(|z| cap.saturating_sub(self.wp[z]))
-            .sum()
-    }
-
-    /// With no zone to free and none to take, the zones a tenant holds open may merge:
-    /// seals the head whose live blocks fit in the room left in its tenant's other heads,
-    /// so that GC moves them there and frees its zone. Every tenant appends to a zone of
-    /// its own per stream (and GC to one more), so on a device with many tenants those
-    /// half-written zones, not the live data, would otherwise run the device out of
-    /// space. Returns whether it sealed one.
-    fn seal_mergeable_head(&mut self) -> Result<bool> {
-        let candidate = self
-            .heads
-            .iter()
-            .map(|(k, h)| (*k, h.zone, self.state.zones.valid_blocks(h.zone) as u64))
-            .filter(|&(_, zone, _)| self.pins[zone as usize].load(Ordering::Acquire) == 0)
-            .filter(|&(k, _, valid)| valid <= self.room_beside(k))
-            .min_by_key(|&(_, zone, valid)| (valid, zone));
-        let Some((key, _, _)) = candidate else {
-            return Ok(false);
-        };
-        self.retire_head(key)?;
-        Ok(true)
     }
 
     /// The stream's head zone if it can take this hint's data.

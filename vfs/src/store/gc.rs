@@ -75,45 +75,30 @@ impl Inner {
         let cap = self.state.geometry.blocks_per_zone();
         let sealed = self.sealed_zones(with_pinned);
         let dead: u64 = sealed.iter().map(|&(_, valid)| cap - valid).sum();
-        // Moving a zone's data into a fresh zone frees one only if the sealed zones hold a
-        // zone's worth of dead blocks between them; moving it into room its tenant already
-        // holds open (down to the reserve) frees one every time.
-        let frees_a_zone = |z: ZoneId, valid: u64| dead >= cap || valid <= self.open_room(z);
+        if dead < cap {
+            return None;
+        }
         sealed
             .into_iter()
             .filter(|&(_, valid)| cap - valid >= min_gain.max(1))
-            .filter(|&(z, valid)| frees_a_zone(z, valid))
             .filter(|&(z, valid)| valid <= self.gc_room(z))
             .min_by_key(|&(_, valid)| valid)
             .map(|(z, _)| z)
     }
 
-    /// Room for `victim`'s data in zones its tenant holds open: its GC zone, and down to
-    /// the reserve (where a pass borrows) its other open zones.
-    fn open_room(&self, victim: ZoneId) -> u64 {
+    /// Blocks a pass collecting `victim` can copy into: what is left of its tenant's GC
+    /// zone, plus a zone if one is free. A pass must be able to finish, or it would take
+    /// space and free none.
+    fn gc_room(&self, victim: ZoneId) -> u64 {
         let cap = self.state.geometry.blocks_per_zone();
         let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
             return 0;
         };
-        let gc = StreamKey::gc(key.tenant);
         let head = self
             .heads
-            .get(&gc)
+            .get(&StreamKey::gc(key.tenant))
             .map_or(0, |h| cap.saturating_sub(self.wp[h.zone as usize]));
-        let borrowed = if self.free.len() <= self.config.gc_reserve_zones as usize {
-            self.room_beside(gc)
-        } else {
-            0
-        };
-        head + borrowed
-    }
-
-    /// Blocks a pass collecting `victim` can copy into: the room its tenant holds open
-    /// ([`Inner::open_room`]), plus a zone if one is free. A pass must be able to finish,
-    /// or it would take space and free none.
-    fn gc_room(&self, victim: ZoneId) -> u64 {
-        let cap = self.state.geometry.blocks_per_zone();
-        self.open_room(victim) + if self.free.is_empty() { 0 } else { cap }
+        head + if self.free.is_empty() { 0 } else { cap }
     }
 }
 
