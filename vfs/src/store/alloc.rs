@@ -287,14 +287,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Data zones holding a partial write pointer: each holds an active-zone resource.
+    /// Data zones holding a partial write pointer on the device: each holds an
+    /// active-zone resource. A zone whose last blocks are reserved stays active until they
+    /// are written (`written`, not `wp`, is what the device has): counting it by `wp`
+    /// let a new zone open meanwhile, and the journal's next checkpoint then found no
+    /// active zone left and stopped the store.
     fn active_data_zones(&self) -> usize {
         let cap = self.blocks_per_zone();
-        self.wp
-            .iter()
-            .enumerate()
-            .filter(|(z, &wp)| {
-                wp > 0 && wp < cap && !matches!(self.state.zones.owner[*z], Some(ZoneUse::Meta))
+        (0..self.wp.len())
+            .filter(|&z| {
+                self.wp[z] > 0
+                    && self.written[z] < cap
+                    && !matches!(self.state.zones.owner[z], Some(ZoneUse::Meta))
             })
             .count()
     }
@@ -326,7 +330,9 @@ impl Inner {
                 .min_by_key(|(k, _)| self.head_used.get(k).copied().unwrap_or(0))
                 .map(|(k, h)| (*k, h.zone));
             let Some((victim_key, zone)) = victim else {
-                if self.seal_pending.iter().any(|&s| s) {
+                // Zones with writes in flight stop being active when those land.
+                let in_flight = self.written.iter().zip(&self.wp).any(|(w, r)| w < r);
+                if in_flight || self.seal_pending.iter().any(|&s| s) {
                     return Ok(Err(Need::InFlight));
                 }
                 return Err(Error::NoSpace(
