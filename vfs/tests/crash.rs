@@ -200,9 +200,10 @@ const LOG_ID: u64 = u64::MAX;
 const LOG_MAX: u64 = 512 * 1024;
 
 fn append_line(log: &mut fs::File, line: &Line) {
-    let mut text = serde_json::to_string(line).unwrap();
-    text.push('\n');
-    // One write: a kill leaves a whole line or a torn last line, which readers ignore.
+    // One write, starting on a line of its own: a kill can tear a line of one thread (a
+    // write cut at a page boundary) and the other thread's next line, or the next child's,
+    // then follows it. Readers skip the torn piece.
+    let text = format!("\n{}\n", serde_json::to_string(line).unwrap());
     log.write_all(text.as_bytes()).unwrap();
 }
 
@@ -225,7 +226,15 @@ fn read_log(path: &Path) -> Acked {
         if !line.ends_with('\n') {
             break; // torn by the kill
         }
-        match serde_json::from_str::<Line>(line).expect("ack log line") {
+        if line.trim().is_empty() {
+            continue;
+        }
+        // A piece of a line torn by a kill: that line's write never completed, so what it
+        // would have said (an ack, or an intent whose batch never started) never happened.
+        let Ok(line) = serde_json::from_str::<Line>(line) else {
+            continue;
+        };
+        match line {
             Line::Intent(paths) => touched.extend(paths),
             Line::State(s) => {
                 state = Some(s);
