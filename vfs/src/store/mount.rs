@@ -197,7 +197,10 @@ fn format(device: &Arc<dyn ZonedDevice>) -> Result<(State, Journal)> {
 
 /// On a device with lazy write pointers, moves each data zone's write pointer to the end of
 /// the data the journal maps there (synced before the crash, or the journal would not name
-/// it). Zones that end full go first, so that they take no active-zone resource.
+/// it). Zones that end full go first, so that they take no active-zone resource. A zone
+/// the store had finished comes back partly written (finishing is not journaled): past the
+/// store's active budget such zones come back full, or they would leave the journal no
+/// active zone for its next checkpoint and the mount would fail.
 fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Result<()> {
     let geometry = device.geometry();
     let bs = geometry.block_size as u64;
@@ -211,7 +214,17 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
     }
     let mut ends: Vec<(u32, u64)> = ends.into_iter().collect();
     ends.sort_by_key(|&(zone, end)| (end != geometry.zone_capacity, zone));
+    // As `Inner::active_budget`: the journal's zone and the one a checkpoint needs.
+    let mut partial_left = (geometry.max_active as usize).saturating_sub(2).max(1);
     for (zone, end) in ends {
+        let end = match end < geometry.zone_capacity {
+            true if partial_left > 0 => {
+                partial_left -= 1;
+                end
+            }
+            true => geometry.zone_capacity,
+            false => end,
+        };
         device.restore_write_pointer(zone, end)?;
     }
     Ok(())
