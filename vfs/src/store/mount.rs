@@ -198,9 +198,9 @@ fn format(device: &Arc<dyn ZonedDevice>) -> Result<(State, Journal)> {
 /// On a device with lazy write pointers, moves each data zone's write pointer to the end of
 /// the data the journal maps there (synced before the crash, or the journal would not name
 /// it). Zones that end full go first, so that they take no active-zone resource. A zone
-/// the store had finished comes back partly written (finishing is not journaled): past the
-/// store's active budget such zones come back full, or they would leave the journal no
-/// active zone for its next checkpoint and the mount would fail.
+/// the store had finished comes back partly written (finishing is not journaled): once
+/// only one active zone is left such zones come back full, or they would leave the journal
+/// none for its next checkpoint and the mount would fail.
 fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Result<()> {
     let geometry = device.geometry();
     let bs = geometry.block_size as u64;
@@ -214,12 +214,21 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
     }
     let mut ends: Vec<(u32, u64)> = ends.into_iter().collect();
     ends.sort_by_key(|&(zone, end)| (end != geometry.zone_capacity, zone));
-    // As `Inner::active_budget`: the journal's zone and the one a checkpoint needs.
-    let mut partial_left = (geometry.max_active as usize).saturating_sub(2).max(1);
+    // Zones active now (the journal's among them); one more must stay free for the
+    // journal's next checkpoint.
+    let zones = device.report_zones();
+    let is_active = |state: ZoneState| {
+        matches!(
+            state,
+            ZoneState::ImplicitOpen | ZoneState::ExplicitOpen | ZoneState::Closed
+        )
+    };
+    let mut active = zones.iter().filter(|z| is_active(z.state)).count();
     for (zone, end) in ends {
-        let end = match end < geometry.zone_capacity {
-            true if partial_left > 0 => {
-                partial_left -= 1;
+        let activates = end < geometry.zone_capacity && !is_active(zones[zone as usize].state);
+        let end = match activates {
+            true if active + 1 < geometry.max_active as usize => {
+                active += 1;
                 end
             }
             true => geometry.zone_capacity,
