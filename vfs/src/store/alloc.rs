@@ -9,6 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::gc::Pick;
 use super::state::MetaOp;
 use super::zone_map::{StreamKey, ZoneUse};
 use super::{Inner, Store};
@@ -38,7 +39,7 @@ pub(super) enum Need {
     /// A commit: zones whose data died become free once it is durable.
     Commit,
     /// A GC pass on the allocating call: no zone outside the reserve is left.
-    Collect,
+    Collect(Pick),
     /// Writes in flight must complete first (a zone to seal is still being written).
     InFlight,
 }
@@ -88,9 +89,9 @@ impl Store {
             };
             match need {
                 Need::Commit => self.commit_for_resets()?,
-                Need::Collect => {
+                Need::Collect(pick) => {
                     self.shared.reclaimer.wake();
-                    if self.collect(false)? {
+                    if self.collect(pick)? {
                         self.lock()?.counters.gc_foreground_passes += 1;
                     }
                 }
@@ -165,8 +166,8 @@ impl Inner {
         if !for_gc && patient && self.collecting.is_some() {
             return Ok(Err(Need::InFlight));
         }
-        if !for_gc && self.gc_victim(1).is_some() {
-            return Ok(Err(Need::Collect));
+        if !for_gc && self.gc_victim(Pick::Needed).is_some() {
+            return Ok(Err(Need::Collect(Pick::Needed)));
         }
         if !for_gc && patient && self.victim_in_use() {
             return Ok(Err(Need::InFlight));
@@ -184,6 +185,18 @@ impl Inner {
         }
         if let Some(r) = self.borrow_head(key, want) {
             return Ok(Ok(self.reserve(r)));
+        }
+        // Down to the reserve with nothing to borrow: many tenants' half-written zones
+        // may be what fills the device. Seal a tenant's open zone whose data fits in its
+        // GC zone (GC can then collect it), else give the tenant room in its own zones.
+        if !for_gc {
+            if self.seal_mergeable_head()? {
+                return Ok(Err(Need::Collect(Pick::Needed)));
+            }
+            let own = Pick::Own(key.tenant);
+            if self.gc_victim(own).is_some() {
+                return Ok(Err(Need::Collect(own)));
+            }
         }
         let live = self.state.zones.total_valid() * self.state.block_size();
         Err(Error::NoSpace(format!(
@@ -246,6 +259,38 @@ impl Inner {
         })
     }
 
+    /// Blocks left in the zone `tenant`'s GC copies go to.
+    pub(super) fn gc_head_room(&self, tenant: u32) -> u64 {
+        let cap = self.blocks_per_zone();
+        self.heads
+            .get(&StreamKey::gc(tenant))
+            .map(|h| h.zone as usize)
+            .filter(|&z| !self.fault[z] && !self.seal_pending[z])
+            .map_or(0, |z| cap.saturating_sub(self.wp[z]))
+    }
+
+    /// With no zone to free and none to take, the zones a tenant holds open may merge:
+    /// seals the head whose live blocks fit in what is left of its tenant's GC zone, so
+    /// that GC can move them there and free its zone. Every tenant
+    /// appends to a zone of its own per stream, and GC to one more, so on a device with
+    /// many tenants those half-written zones, not the live data, would otherwise run the
+    /// device out of space. Returns whether it sealed one.
+    fn seal_mergeable_head(&mut self) -> Result<bool> {
+        let candidate = self
+            .heads
+            .iter()
+            .filter(|(k, _)| k.stream != StreamKey::GC_STREAM)
+            .map(|(k, h)| (*k, h.zone, self.state.zones.valid_blocks(h.zone) as u64))
+            .filter(|&(_, zone, _)| self.pins[zone as usize].load(Ordering::Acquire) == 0)
+            .filter(|&(k, _, valid)| valid <= self.gc_head_room(k.tenant))
+            .min_by_key(|&(_, zone, valid)| (valid, zone));
+        let Some((key, _, _)) = candidate else {
+            return Ok(false);
+        };
+        self.retire_head(key)?;
+        Ok(true)
+    }
+
     /// The stream's head zone if it can take this hint's data.
     fn use_head(&mut self, key: StreamKey, hint: &Hint, want: u32) -> Result<Option<Reserved>> {
         let cap = self.blocks_per_zone();
@@ -289,9 +334,7 @@ impl Inner {
 
     /// Data zones holding a partial write pointer on the device: each holds an
     /// active-zone resource. A zone whose last blocks are reserved stays active until they
-    /// are written (`written`, not `wp`, is what the device has): counting it by `wp`
-    /// let a new zone open meanwhile, and the journal's next checkpoint then found no
-    /// active zone left and stopped the store.
+    /// are written (`written`, not `wp`, is what the device has).
     fn active_data_zones(&self) -> usize {
         let cap = self.blocks_per_zone();
         (0..self.wp.len())
@@ -396,6 +439,12 @@ impl Inner {
             let Some(ZoneUse::Data(key)) = self.state.zones.owner[zone as usize] else {
                 continue;
             };
+            if self.collecting == Some(zone) {
+                // A GC pass is emptying it: the pass queues its reset when it ends. Reset
+                // now, the zone could be reused by another stream (or tenant) while the
+                // pass still looks for extents in it, and move their new data.
+                continue;
+            }
             if self.heads.get(&key).is_some_and(|h| h.zone == zone) {
                 // Still being filled: keep appending to it. Resetting it now would, for a
                 // stream of short-lived files (a database's rollback journal, created and

@@ -20,6 +20,22 @@ use crate::device::ZoneId;
 use crate::hint::Hint;
 use crate::Result;
 
+/// Which sealed zone a GC pass takes: always the one with the fewest valid blocks among
+/// those the kind allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pick {
+    /// Ahead of need (the reclaimer): a zone that frees an eighth of a zone or more, when
+    /// the sealed zones hold a zone's worth of dead blocks between them (else no amount of
+    /// moving frees a zone, and collecting would only churn).
+    Ahead,
+    /// For an allocation: any zone with a dead block, on the same condition.
+    Needed,
+    /// The last resort of an allocation of this tenant down to the reserve: one of its own
+    /// zones. Moving it to a fresh zone frees none, but leaves the tenant the victim's
+    /// dead blocks to write in, and moves no other tenant's data.
+    Own(u32),
+}
+
 /// Whether file `ino` maps `ext` at `file_block`, block for block (a moved copy may replace
 /// it only then).
 fn maps(inner: &Inner, ino: Ino, file_block: u64, ext: Extent) -> bool {
@@ -56,32 +72,41 @@ impl Inner {
             .collect()
     }
 
-    /// The sealed zone with the fewest valid blocks, if collecting it is worth it: it must
-    /// free at least `min_gain` blocks, and the sealed zones together must hold at least a
-    /// zone's worth of dead blocks (else no amount of moving frees a zone, and collecting
-    /// would only churn).
-    pub(super) fn gc_victim(&self, min_gain: u64) -> Option<ZoneId> {
-        self.victim_among(min_gain, false)
+    /// The sealed zone with the fewest valid blocks that `pick` takes, if any.
+    pub(super) fn gc_victim(&self, pick: Pick) -> Option<ZoneId> {
+        self.victim_among(pick, false)
     }
 
     /// Whether a victim is there counting zones in use now, which are let go the moment a
     /// writer records its extent or a reader is done: worth waiting for, not ENOSPC. (Pins
     /// drop without the lock: one may have dropped since [`Inner::gc_victim`] looked.)
     pub(super) fn victim_in_use(&self) -> bool {
-        self.victim_among(1, true).is_some()
+        self.victim_among(Pick::Needed, true).is_some()
     }
 
-    fn victim_among(&self, min_gain: u64, with_pinned: bool) -> Option<ZoneId> {
+    fn victim_among(&self, pick: Pick, with_pinned: bool) -> Option<ZoneId> {
         let cap = self.state.geometry.blocks_per_zone();
         let sealed = self.sealed_zones(with_pinned);
         let dead: u64 = sealed.iter().map(|&(_, valid)| cap - valid).sum();
-        if dead < cap {
-            return None;
-        }
+        let at_reserve = self.free.len() <= self.config.gc_reserve_zones as usize;
+        let min_gain = match pick {
+            Pick::Ahead => cap / 8,
+            _ => 1,
+        };
+        let tenant_of = |z: ZoneId| match self.state.zones.owner[z as usize] {
+            Some(ZoneUse::Data(key)) => Some(key.tenant),
+            _ => None,
+        };
+        let takes = |z: ZoneId, valid: u64| match pick {
+            Pick::Ahead | Pick::Needed => dead >= cap && valid <= self.gc_room(z),
+            Pick::Own(tenant) => {
+                at_reserve && tenant_of(z) == Some(tenant) && valid <= self.gc_room(z)
+            }
+        };
         sealed
             .into_iter()
-            .filter(|&(_, valid)| cap - valid >= min_gain.max(1))
-            .filter(|&(z, valid)| valid <= self.gc_room(z))
+            .filter(|&(_, valid)| cap - valid >= min_gain)
+            .filter(|&(z, valid)| takes(z, valid))
             .min_by_key(|&(_, valid)| valid)
             .map(|(z, _)| z)
     }
@@ -91,22 +116,17 @@ impl Inner {
     /// space and free none.
     fn gc_room(&self, victim: ZoneId) -> u64 {
         let cap = self.state.geometry.blocks_per_zone();
-        let Some(ZoneUse::Data(key)) = self.state.zones.owner[victim as usize] else {
-            return 0;
-        };
-        let head = self
-            .heads
-            .get(&StreamKey::gc(key.tenant))
-            .map_or(0, |h| cap.saturating_sub(self.wp[h.zone as usize]));
-        head + if self.free.is_empty() { 0 } else { cap }
+        let free = if self.free.is_empty() { 0 } else { cap };
+        match self.state.zones.owner[victim as usize] {
+            Some(ZoneUse::Data(key)) => self.gc_head_room(key.tenant) + free,
+            _ => 0,
+        }
     }
 }
 
 impl Store {
-    /// Migrates one victim zone. `eager` (collection ahead of need) takes only victims that
-    /// free an eighth of a zone or more. Returns false when there is nothing worth
-    /// collecting.
-    pub(super) fn collect(&self, eager: bool) -> Result<bool> {
+    /// Migrates the victim `pick` takes. Returns false when there is none.
+    pub(super) fn collect(&self, pick: Pick) -> Result<bool> {
         let (victim, key, hint) = {
             let mut inner = self.lock()?;
             // One pass at a time: passes at once would each take GC's reserve of free
@@ -114,13 +134,8 @@ impl Store {
             if inner.collecting.is_some() {
                 return Ok(false);
             }
-            let min_gain = if eager {
-                inner.state.geometry.blocks_per_zone() / 8
-            } else {
-                1
-            };
             inner.retire_full_heads()?;
-            let Some(victim) = inner.gc_victim(min_gain) else {
+            let Some(victim) = inner.gc_victim(pick) else {
                 return Ok(false);
             };
             let Some(ZoneUse::Data(key)) = inner.state.zones.owner[victim as usize] else {

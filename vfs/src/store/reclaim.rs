@@ -170,7 +170,7 @@ impl Store {
         if !collect {
             return Ok(false);
         }
-        let moved = self.collect(true)?;
+        let moved = self.collect(super::gc::Pick::Ahead)?;
         if moved {
             self.lock()?.counters.gc_background_passes += 1;
         }
