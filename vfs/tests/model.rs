@@ -1334,6 +1334,11 @@ impl<B: Backend> Harness<B> {
         let data = pattern(seed, offset, len);
         let got = self.errno(s.fh.write_at(&data, offset));
         if !mode.writes() {
+            // Once the fuse blew (device commands of the store's own threads count too),
+            // every error reads as EIO: nothing left to compare.
+            if self.backend.blown() {
+                return;
+            }
             same(
                 "write on a read-only handle",
                 &Err::<(), _>(libc::EBADF),
