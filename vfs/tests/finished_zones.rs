@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use valet_vfs::device::{Geometry, ImageDevice, ImageOptions, ZoneState, ZonedDevice};
+use valet_vfs::device::{Geometry, ImageDevice, ImageOptions, ZonedDevice};
 use valet_vfs::{Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
 
 const BLOCK: usize = 4096;
@@ -39,12 +39,7 @@ fn mount(path: &std::path::Path) -> Store {
     let active = dev
         .report_zones()
         .iter()
-        .filter(|z| {
-            matches!(
-                z.state,
-                ZoneState::ImplicitOpen | ZoneState::ExplicitOpen | ZoneState::Closed
-            )
-        })
+        .filter(|z| z.state.is_active())
         .count();
     assert!(
         active < geometry().max_active as usize,

@@ -180,7 +180,7 @@ impl Inner {
         }
         // Writes of other threads still in flight: the zones they fill become collectable
         // when they land (no thread allocates while it holds an unwritten reservation).
-        if patient && self.written.iter().zip(&self.wp).any(|(w, r)| w < r) {
+        if patient && self.writes_in_flight() {
             return Ok(Err(Need::InFlight));
         }
         if let Some(r) = self.borrow_head(key, want) {
@@ -203,6 +203,11 @@ impl Inner {
             "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
             self.state.geometry.capacity_bytes()
         )))
+    }
+
+    /// Whether reserved blocks of some zone are not written yet.
+    fn writes_in_flight(&self) -> bool {
+        self.written.iter().zip(&self.wp).any(|(w, r)| w < r)
     }
 
     /// Free zones, counting those waiting for their reset (free space on its way).
@@ -271,10 +276,10 @@ impl Inner {
 
     /// With no zone to free and none to take, the zones a tenant holds open may merge:
     /// seals the head whose live blocks fit in what is left of its tenant's GC zone, so
-    /// that GC can move them there and free its zone. Every tenant
-    /// appends to a zone of its own per stream, and GC to one more, so on a device with
-    /// many tenants those half-written zones, not the live data, would otherwise run the
-    /// device out of space. Returns whether it sealed one.
+    /// that GC can move them there and free its zone. Every tenant appends to a zone of
+    /// its own per stream, and GC to one more, so on a device with many tenants those
+    /// half-written zones, not the live data, would otherwise run the device out of
+    /// space. Returns whether it sealed one.
     fn seal_mergeable_head(&mut self) -> Result<bool> {
         let candidate = self
             .heads
@@ -374,8 +379,7 @@ impl Inner {
                 .map(|(k, h)| (*k, h.zone));
             let Some((victim_key, zone)) = victim else {
                 // Zones with writes in flight stop being active when those land.
-                let in_flight = self.written.iter().zip(&self.wp).any(|(w, r)| w < r);
-                if in_flight || self.seal_pending.iter().any(|&s| s) {
+                if self.writes_in_flight() || self.seal_pending.iter().any(|&s| s) {
                     return Ok(Err(Need::InFlight));
                 }
                 return Err(Error::NoSpace(

@@ -217,15 +217,9 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
     // Zones active now (the journal's among them); one more must stay free for the
     // journal's next checkpoint.
     let zones = device.report_zones();
-    let is_active = |state: ZoneState| {
-        matches!(
-            state,
-            ZoneState::ImplicitOpen | ZoneState::ExplicitOpen | ZoneState::Closed
-        )
-    };
-    let mut active = zones.iter().filter(|z| is_active(z.state)).count();
+    let mut active = zones.iter().filter(|z| z.state.is_active()).count();
     for (zone, end) in ends {
-        let activates = end < geometry.zone_capacity && !is_active(zones[zone as usize].state);
+        let activates = end < geometry.zone_capacity && !zones[zone as usize].state.is_active();
         let end = match activates {
             true if active + 1 < geometry.max_active as usize => {
                 active += 1;
