@@ -258,7 +258,13 @@ fn run(cli: Cli) -> Result<u8> {
 /// Runs one guest, or every tenant of a tenants file, then syncs and reports.
 fn run_guests(cli: RunArgs) -> Result<u8> {
     let device = cli.device.spec()?;
-    let engine = host::engine()?;
+    // One guest ends with the process, so its code needs no epoch checks; tenants end one
+    // by one while the process goes on.
+    let engine = host::engine(if cli.tenants.is_some() {
+        host::Stopping::Interruptible
+    } else {
+        host::Stopping::ProcessExit
+    })?;
     // A bad app is reported before anything is created on disk.
     let app_module = match (&cli.tenants, &cli.app) {
         (None, Some(app)) => {
