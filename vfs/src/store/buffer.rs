@@ -99,6 +99,8 @@ pub struct Detached {
     pub writing: bool,
     /// Why the last write of this buffer failed.
     pub error: Option<String>,
+    /// That failure was the device's lack of space (not an I/O error).
+    pub no_space: bool,
     /// The window's generation (its inline pieces retire when this buffer is recorded).
     pub gen: u64,
     /// Holds bytes no sync made durable yet (not inlined): a sync must write it first.

@@ -11,7 +11,10 @@
 //! its end), reserves blocks in the stream's zone (allocate-on-flush), writes them with no
 //! lock held, and then records the extents over whatever the file had there: in-place
 //! writes become out-of-place ones. Until that record, reads see the detached bytes; if the
-//! device write fails, the bytes stay with the file and the next sync tries again.
+//! device write fails, the bytes stay with the file and the next sync tries again. When it
+//! failed for want of space, they move out of the pool into memory of their own and the file
+//! takes no new bytes until they are written (ENOSPC, as a full disk's write(2)): a tenant
+//! whose data does not fit never holds the buffers the others write through.
 //!
 //! After a flush the last partial block stays in a new window (when a buffer is free), so
 //! the next flush rewrites it together with what follows.
@@ -97,6 +100,7 @@ impl Store {
             let pos = offset + done as u64;
             let mut inner = self.lock_idle(ino)?;
             let buf_size = inner.pool.buffer_size() as u64;
+            let unplaceable = inner.has_unplaceable(ino);
             let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
             match &mut of.window {
                 Some(w) if w.start <= pos && pos <= w.end() && pos < w.start + buf_size => {
@@ -127,6 +131,12 @@ impl Store {
                 Some(_) => {
                     let w = of.window.take().expect("matched");
                     inner.pool.give_back(w.buf);
+                }
+                None if unplaceable => {
+                    // As a full disk at write(2): new bytes are refused until the queued
+                    // ones find room (retried here, as a sync would).
+                    drop(inner);
+                    self.write_queued(ino)?;
                 }
                 None => {
                     drop(inner);
@@ -326,7 +336,9 @@ impl Store {
                 {
                     front.writing = false;
                     front.error = Some(e.to_string());
+                    front.no_space = matches!(e, Error::NoSpace(_));
                 }
+                inner.unpool_unplaceable(ino);
                 let _ = inner.settle_closed(ino);
                 drop(inner);
                 self.notify();
@@ -706,6 +718,7 @@ impl Store {
             pooled: false,
             writing: false,
             error: None,
+            no_space: false,
             gen: 0,
             unsynced: true,
         });
@@ -883,11 +896,52 @@ impl Inner {
             pooled: true,
             writing: false,
             error: None,
+            no_space: false,
             gen: w.gen,
             unsynced: w.unsynced_from != u64::MAX,
         });
         of.window = next;
+        self.unpool_unplaceable(ino);
         Ok(())
+    }
+
+    /// The front of `ino`'s queue found no room on the device and waits for a retry.
+    fn has_unplaceable(&self, ino: Ino) -> bool {
+        self.open
+            .get(&ino)
+            .and_then(|o| o.inflight.front())
+            .is_some_and(|d| d.no_space && !d.writing)
+    }
+
+    /// Behind a write that found no room, a file's queued bytes wait in memory of their own
+    /// and give their pool buffers back: a file (or a tenant, or a pod long gone) whose data
+    /// does not fit must not take the buffers every other file writes through. What this
+    /// holds is bounded: such a file gets no new window (see [`Store::write_slow`]). (After
+    /// an I/O error the bytes keep their buffers, as before: the pool bounds them.)
+    fn unpool_unplaceable(&mut self, ino: Ino) {
+        if !self.has_unplaceable(ino) {
+            return;
+        }
+        let bs = self.state.block_size() as usize;
+        let Some(of) = self.open.get_mut(&ino) else {
+            return;
+        };
+        let mut freed = Vec::new();
+        for d in of.inflight.iter_mut().filter(|d| d.pooled && !d.writing) {
+            let own = Arc::new(d.buf[..d.len.div_ceil(bs) * bs].to_vec());
+            let pooled = std::mem::replace(&mut d.buf, own);
+            match Arc::try_unwrap(pooled) {
+                Ok(buf) => {
+                    d.pooled = false;
+                    freed.push(buf);
+                }
+                // Someone still reads it: it stays pooled, and goes back when written.
+                Err(shared) => d.buf = shared,
+            }
+        }
+        for buf in freed {
+            self.pool.give_back(buf);
+        }
     }
 
     /// Journals a file's size and times as they are now.
