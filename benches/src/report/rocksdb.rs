@@ -32,15 +32,20 @@ const WASMTIME36_HINT: &str = "bash .ci/setup-rocksdb-report";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Setup {
     Valet(&'static str),
+    /// `valet-run` with db_bench's directory a plain host directory (`--dir`): the same
+    /// engine and WASI layer without the store, which tells the store's share from the
+    /// engine's.
+    HostFiles,
     Stock36,
     Native,
 }
 
 impl Setup {
-    const ALL: [Setup; 5] = [
+    const ALL: [Setup; 6] = [
         Setup::Valet("rocks"),
         Setup::Valet("default"),
         Setup::Valet("one-stream"),
+        Setup::HostFiles,
         Setup::Stock36,
         Setup::Native,
     ];
@@ -48,6 +53,7 @@ impl Setup {
     fn label(self) -> String {
         match self {
             Setup::Valet(policy) => format!("valet-run --policy {policy}"),
+            Setup::HostFiles => "valet-run, host files (--dir)".into(),
             Setup::Stock36 => "stock wasmtime 36 CLI".into(),
             Setup::Native => "native".into(),
         }
@@ -222,6 +228,24 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, sync: bool) -> Run {
                     out.stderr.clone(),
                     out.stats.clone(),
                 )
+            }
+            Setup::HostFiles => {
+                let dir = tempfile::Builder::new()
+                    .prefix("rocksdb-host-")
+                    .tempdir_in(&runner.work)
+                    .map_err(|e| e.to_string())?;
+                let mut all = vec![
+                    "--dir".to_string(),
+                    format!("{}::{MOUNT}", dir.path().display()),
+                    // The store, unused, out of the way of the host directory.
+                    "--mount".into(),
+                    "/valet-store".into(),
+                    wasm.into(),
+                    "--".into(),
+                ];
+                all.extend(args(scale, sync, MOUNT));
+                let out = runner.valet(&all, scale.zones())?;
+                (out.code, out.stdout.clone(), out.stderr.clone(), None)
             }
             Setup::Stock36 => {
                 let wasmtime = wasmtime36()
@@ -515,7 +539,10 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
         "## RocksDB 11.8.1 db_bench (`--scale {}`)\n\n20 B keys, 400 B values, no compression, \
          4 MiB memtables, one thread; ops/s and latency percentiles in µs as db_bench reports \
          them. One run per cell: mind the noise. The stock wasmtime 36 CLI is the last stock \
-         CLI with wasi-threads (47 removed them; RocksDB cannot run without threads).\n",
+         CLI with wasi-threads (47 removed them; RocksDB cannot run without threads). \
+         \"host files\" is `valet-run` (engine, WASI layer, threads) with db_bench's directory \
+         a plain host directory instead of the store: what the store adds is the difference \
+         between it and the policies' rows.\n",
         scale.name()
     );
     let _ = writeln!(md, "| sync | benchmark | setup | ops/s | P50 | P99 | P99.99 | ops/s / stock 36 | time / native |");
