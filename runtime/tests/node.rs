@@ -29,7 +29,12 @@ struct Fixture {
 
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
+    F.get_or_init(|| start_agent(64))
+}
+
+/// An agent serving in this process on a fresh store of `zones` zones of 12 MiB.
+fn start_agent(zones: u32) -> Fixture {
+    {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("node.sock");
         let rootfs = dir.path().join("rootfs");
@@ -39,7 +44,7 @@ fn fixture() -> &'static Fixture {
         let mut geometry = Geometry::EMBEDDED_DEFAULT;
         geometry.zone_size = 16 << 20;
         geometry.zone_capacity = 12 << 20;
-        geometry.zone_count = 64;
+        geometry.zone_count = zones;
         let config = NodeConfig {
             device: DeviceSpec {
                 dir: dir.path().join("store"),
@@ -66,7 +71,7 @@ fn fixture() -> &'static Fixture {
             socket,
             rootfs,
         }
-    })
+    }
 }
 
 /// A pipe: (read end, write end).
@@ -98,7 +103,16 @@ fn reader(mut f: File) -> std::thread::JoinHandle<String> {
 
 /// Sends Create; the agent's answer is returned with the pod.
 fn create(id: &str, annotations: &[(&str, &str)], args: &[&str]) -> (Pod, FromAgent) {
-    let f = fixture();
+    create_on(fixture(), id, annotations, args)
+}
+
+/// [`create`] on the agent of `f`.
+fn create_on(
+    f: &Fixture,
+    id: &str,
+    annotations: &[(&str, &str)],
+    args: &[&str],
+) -> (Pod, FromAgent) {
     let conn = UnixStream::connect(&f.socket).unwrap();
     let rootfs = File::open(&f.rootfs).unwrap();
     let (out_r, out_w) = pipe();
@@ -304,4 +318,53 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     drop(conn);
     let out = stdout.join().unwrap();
     assert!(acked(&out) > 0, "{out}");
+}
+
+/// Tenants never share a zone: on a small store, pods of new tenants are created while it
+/// has spare zones for them, then refused at create with one line; a pod of a tenant it
+/// has still runs.
+#[test]
+fn new_tenants_past_the_spare_zones_are_refused_at_create() {
+    let agent = start_agent(12);
+    let mut admitted = Vec::new();
+    let refusal = loop {
+        let n = admitted.len();
+        assert!(n < 12, "12 tenants admitted on a 12-zone store");
+        let tenant = format!("t{n}");
+        let (pod, answer) = create_on(
+            &agent,
+            &format!("p{n}"),
+            &[("valet.io/tenant", &tenant)],
+            &["w", "/data", "20", "430"],
+        );
+        match answer {
+            FromAgent::Created => {
+                pod.start();
+                let (exit, out, err) = pod.wait();
+                assert_eq!(
+                    exit,
+                    FromAgent::Exited { code: 0 },
+                    "{tenant}: {out}\n{err}"
+                );
+                admitted.push(tenant);
+            }
+            FromAgent::Failed { message } => break message,
+            other => panic!("{tenant}: {other:?}"),
+        }
+    };
+    assert!(admitted.len() >= 2, "only {admitted:?} admitted");
+    assert!(
+        refusal.contains("no room for another tenant") && !refusal.contains('\n'),
+        "{refusal}"
+    );
+    let (pod, answer) = create_on(
+        &agent,
+        "again",
+        &[("valet.io/tenant", &admitted[0])],
+        &["w2", "/data", "20", "430"],
+    );
+    assert_eq!(answer, FromAgent::Created);
+    pod.start();
+    let (exit, out, _) = pod.wait();
+    assert_eq!(exit, FromAgent::Exited { code: 0 }, "{out}");
 }

@@ -34,6 +34,12 @@
 //! the next mount, and the shims of the pods it ran report the loss (exit 137, one line on
 //! the container's stderr).
 //!
+//! Admission: tenants never share a zone, so a pod whose tenant is new to the store is
+//! created only while the store has [`NEW_TENANT_ZONES`] spare zones for it
+//! ([`Store::spare_zones`]: free beyond GC's reserve, or dead and waiting for their reset);
+//! otherwise its create fails with one line. Pods of a tenant the store has are always
+//! admitted, and the store still refuses what does not fit (ENOSPC) at the write.
+//!
 //! Isolation: a pod sees only its tenant's directories (the store refuses `..` out of a
 //! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
 //! is confined by WebAssembly, not by the container's namespaces or cgroup: its CPU and
@@ -69,6 +75,10 @@ const GUEST_STACK: usize = 8 << 20;
 /// still spares the compilation).
 const MAX_MODULES: usize = 64;
 
+/// Spare zones a new tenant needs to be admitted: one for its first stream and one for its
+/// GC's copies (a tenant with no zone to collect into cannot reclaim its own dead data).
+pub const NEW_TENANT_ZONES: u32 = 2;
+
 /// How the agent is started.
 pub struct NodeConfig {
     pub device: DeviceSpec,
@@ -85,6 +95,9 @@ pub struct Agent {
     registry: Arc<Registry>,
     modules: Mutex<HashMap<[u8; 32], Module>>,
     quotas: Mutex<HashMap<String, Arc<Quota>>>,
+    /// Held from a new tenant's admission check to its creation, so that two creates do
+    /// not both take the last spare zones.
+    admission: Mutex<()>,
 }
 
 /// Mounts the device and serves shims until the process is killed.
@@ -117,6 +130,7 @@ pub fn serve(config: NodeConfig) -> Result<()> {
         registry,
         modules: Mutex::default(),
         quotas: Mutex::default(),
+        admission: Mutex::default(),
     });
     for conn in listener.incoming() {
         let conn = match conn {
@@ -295,8 +309,8 @@ impl Agent {
                 config.policy
             )
         })?;
+        let root = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
-        let (_, root) = self.store.tenant(&config.tenant)?;
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
             Some(limit) => Some(self.quota(&config.tenant, root, limit)),
             None => None,
@@ -328,6 +342,26 @@ impl Agent {
             ..GuestSpec::default()
         };
         Ok(Prepared { module, spec })
+    }
+
+    /// The root of `tenant`, created if the store has room for a new tenant (see the
+    /// module docs).
+    fn admit(&self, tenant: &str) -> Result<Ino> {
+        let _admitting = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, root)) = self.store.tenants().into_iter().find(|t| t.1 == tenant) {
+            return Ok(root);
+        }
+        let spare = self.store.spare_zones();
+        if spare < NEW_TENANT_ZONES {
+            let zones = if spare == 1 { "zone" } else { "zones" };
+            bail!(
+                "annotation {}={tenant:?}: the node's store has no room for another tenant \
+                 ({spare} spare {zones}, a new tenant needs {NEW_TENANT_ZONES}; tenants never \
+                 share a zone: run this pod in an existing tenant, or free space)",
+                pod::TENANT
+            );
+        }
+        Ok(self.store.tenant(tenant)?.1)
     }
 
     /// The tenant's quota (one per tenant, shared by its pods; the latest limit holds).

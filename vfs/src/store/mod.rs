@@ -1061,6 +1061,18 @@ impl Store {
         stats
     }
 
+    /// Data zones a new stream could be given without GC moving any data: the free ones
+    /// beyond GC's reserve, and the ones whose data all died, waiting for their reset. (What
+    /// the node agent admits new tenants by: tenants never share a zone.)
+    pub fn spare_zones(&self) -> u32 {
+        let Ok(inner) = self.lock() else {
+            return 0;
+        };
+        let free = inner.free.len() as u32;
+        let dead = (inner.to_reset.len() + inner.resetting.len()) as u32;
+        free.saturating_sub(inner.config.gc_reserve_zones) + dead
+    }
+
     /// Every data zone that a stream owns now, as (zone, tenant, stream), by zone. Read-only;
     /// for tools and tests that check that tenants and streams never share a zone.
     pub fn zone_owners(&self) -> Vec<(ZoneId, TenantId, u32)> {
