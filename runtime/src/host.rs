@@ -10,8 +10,9 @@
 //! threads traps, and running guest code is interrupted at its next epoch check (an
 //! engine of [`Stopping::Interruptible`] has epoch interruption on; an epoch tick asks each
 //! store whether its guest is ending; under [`Stopping::ProcessExit`] the process's exit
-//! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is left parked until the
-//! process exits. Nothing bounds how many threads a guest spawns (one OS thread each).
+//! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is
+//! left parked until the process exits. Nothing bounds how many threads a guest spawns (one
+//! OS thread each).
 //!
 //! A trap is reported with the guest's own backtrace (wasm frames), never a host Rust
 //! backtrace.
