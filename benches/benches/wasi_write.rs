@@ -79,7 +79,7 @@ struct Bench {
 impl Bench {
     fn new() -> Result<Bench> {
         let tmp = tempfile::tempdir()?;
-        let engine = host::engine(host::Stopping::Interruptible)?;
+        let engine = host::engine(host::Stopping::EpochChecks)?;
         let module = host::load(&engine, Path::new(valet_guests::WRITE_BENCH))?;
         let stock_dir = tmp.path().join("stock");
         let out_dir = tmp.path().join("out");

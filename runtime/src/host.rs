@@ -8,8 +8,8 @@
 //! how it ends: `_start` returning (exit 0), `proc_exit(n)` in any thread (exit n), or a trap
 //! in any thread. Then the guest is marked as ending: every later WASI call of its other
 //! threads traps, and running guest code is interrupted at its next epoch check (an
-//! engine of [`Stopping::Interruptible`] has epoch interruption on; an epoch tick asks each
-//! store whether its guest is ending; under [`Stopping::ProcessExit`] the process's exit
+//! engine of [`Stopping::EpochChecks`] has epoch interruption on; an epoch tick asks each
+//! store whether its guest is ending; under [`Stopping::NoChecks`] the process's exit
 //! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is
 //! left parked until the process exits. Nothing bounds how many threads a guest spawns (one
 //! OS thread each).
@@ -140,18 +140,20 @@ pub enum GuestExit {
 const THREAD_STACK: usize = 8 << 20;
 
 /// How the threads of a guest that has ended are stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stopping {
     /// Guest code checks the engine's epoch at every function entry and loop head, so a
-    /// guest's threads stop wherever they are once it ends or is killed. Needed wherever the
-    /// process outlives a guest: the node agent, several tenants in one `valet-run`, tests.
-    /// The checks cost RocksDB's `db_bench` here 11 % of its fill rate and 20 % of its read
-    /// rate.
-    Interruptible,
-    /// No checks in guest code: the process exits when its one guest ends, and that stops
-    /// every thread still running guest code (as the wasmtime CLI, which has no epoch checks
-    /// by default). A thread that calls WASI after the end still traps at that call.
-    ProcessExit,
+    /// guest's threads stop wherever they are once it ends or is killed. Needed wherever a
+    /// guest may have to stop while the process goes on: the node agent (a pod is killed),
+    /// a threaded guest among `valet-run`'s tenants (its other threads, once it ends),
+    /// tests. The checks cost RocksDB's `db_bench` here 11 % of its fill rate and 20 % of
+    /// its read rate.
+    EpochChecks,
+    /// No checks in guest code, as the wasmtime CLI compiles by default: for a guest that
+    /// nothing has to stop from outside. `valet-run` with one guest exits when it ends,
+    /// which stops every thread still running guest code, and a guest of one thread ends
+    /// with that thread. A thread that calls WASI after its guest ended still traps there.
+    NoChecks,
 }
 
 /// An engine able to run both plain and threaded WASIp1 guests, with exception handling
@@ -165,7 +167,7 @@ pub fn engine(stopping: Stopping) -> Result<Engine> {
     config.wasm_threads(true);
     config.shared_memory(true);
     config.wasm_exceptions(true);
-    config.epoch_interruption(stopping == Stopping::Interruptible);
+    config.epoch_interruption(stopping == Stopping::EpochChecks);
     config.cache(Cache::new(CacheConfig::new()).ok());
     if std::env::var_os("VALET_PORTABLE_CODE").is_some_and(|v| v == "1") {
         portable_code(&mut config)?;
@@ -203,9 +205,33 @@ fn portable_code(config: &mut Config) -> Result<()> {
 
 /// Compiles a guest module, with a message that names the file.
 pub fn load(engine: &Engine, path: &Path) -> Result<Module> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Module::new(engine, &bytes)
+    compile(engine, path, &read_module(path)?)
+}
+
+/// The bytes of the module file at `path`, with a message that names it.
+pub fn read_module(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Compiles `bytes`, the module file at `path`.
+pub fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> Result<Module> {
+    Module::new(engine, bytes)
         .map_err(|e| anyhow::anyhow!("{}: not a valid WebAssembly module: {e:#}", path.display()))
+}
+
+/// Whether `module` imports wasi-threads' `thread-spawn`.
+pub fn is_threaded(module: &Module) -> bool {
+    module
+        .imports()
+        .any(|i| i.module() == "wasi" && i.name() == "thread-spawn")
+}
+
+/// Whether a module's bytes may import wasi-threads' `thread-spawn`, before compiling it:
+/// the import entry's two length-prefixed names, found anywhere in the module. A match
+/// elsewhere (in a data segment, say) is a false positive; [`is_threaded`] decides.
+pub fn may_spawn_threads(bytes: &[u8]) -> bool {
+    const IMPORT: &[u8] = b"\x04wasi\x0cthread-spawn";
+    bytes.windows(IMPORT.len()).any(|w| w == IMPORT)
 }
 
 /// Sets a store up for epoch interruption: at every tick it goes on, unless its guest is
@@ -363,9 +389,7 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
     let wasi = Arc::new(wasi_context(spec, store)?);
     let mut linker: Linker<GuestState> = Linker::new(engine);
     wasi::add_to_linker(&mut linker)?;
-    let threaded = module
-        .imports()
-        .any(|i| i.module() == "wasi" && i.name() == "thread-spawn");
+    let threaded = is_threaded(module);
     if threaded {
         linker
             .func_wrap(
@@ -504,5 +528,36 @@ fn run_threaded(
             return Ok(end);
         }
         slot = threads.ended.wait(slot).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threaded_modules_are_told_from_plain_ones_before_and_after_compiling() {
+        let threaded = wat::parse_str(
+            r#"(module
+                 (import "wasi" "thread-spawn" (func (param i32) (result i32)))
+                 (import "env" "memory" (memory 1 1 shared))
+                 (func (export "_start")))"#,
+        )
+        .unwrap();
+        // The same names in a data segment: a false positive of the byte search only.
+        let plain = wat::parse_str(
+            r#"(module
+                 (memory 1)
+                 (data (i32.const 0) "\04wasi\0cthread-spawn")
+                 (func (export "_start")))"#,
+        )
+        .unwrap();
+        assert!(may_spawn_threads(&threaded));
+        assert!(may_spawn_threads(&plain));
+        assert!(!may_spawn_threads(&wat::parse_str("(module)").unwrap()));
+        let engine = engine(Stopping::NoChecks).unwrap();
+        let path = Path::new("test.wasm");
+        assert!(is_threaded(&compile(&engine, path, &threaded).unwrap()));
+        assert!(!is_threaded(&compile(&engine, path, &plain).unwrap()));
     }
 }

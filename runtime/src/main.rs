@@ -258,13 +258,9 @@ fn run(cli: Cli) -> Result<u8> {
 /// Runs one guest, or every tenant of a tenants file, then syncs and reports.
 fn run_guests(cli: RunArgs) -> Result<u8> {
     let device = cli.device.spec()?;
-    // One guest ends with the process, so its code needs no epoch checks; tenants end one
-    // by one while the process goes on.
-    let engine = host::engine(if cli.tenants.is_some() {
-        host::Stopping::Interruptible
-    } else {
-        host::Stopping::ProcessExit
-    })?;
+    // One guest ends with the process, so its code needs no epoch checks (tenants choose
+    // theirs, see `tenants::run`).
+    let engine = host::engine(host::Stopping::NoChecks)?;
     // A bad app is reported before anything is created on disk.
     let app_module = match (&cli.tenants, &cli.app) {
         (None, Some(app)) => {
@@ -297,7 +293,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
     }
     let code = if let Some(file) = &cli.tenants {
         let list = tenants::load(file)?;
-        let exits = tenants::run(&engine, &store, &registry, &list)?;
+        let exits = tenants::run(&store, &registry, &list)?;
         tenants::exit_code(exits)
     } else {
         let app = cli.app.clone().context("no APP.wasm given")?;

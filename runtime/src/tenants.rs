@@ -33,7 +33,7 @@ use valet_vfs::Store;
 use wasmtime::{Engine, Module};
 
 use crate::admin::Registry;
-use crate::host::{self, GuestExit, GuestSpec, Preopen};
+use crate::host::{self, GuestExit, GuestSpec, Preopen, Stopping};
 
 /// Exit code a trapped guest counts as (128 + SIGABRT, as `valet-run` gives for one guest).
 pub const EXIT_TRAP: u8 = 134;
@@ -113,10 +113,38 @@ pub struct TenantExit {
     pub exit: Result<GuestExit>,
 }
 
+/// The module of `app` and the engine it was compiled for (one engine of each kind,
+/// made when first needed).
+fn compile(engines: &mut HashMap<Stopping, Engine>, app: &Path) -> Result<(Engine, Module)> {
+    let bytes = host::read_module(app)?;
+    let mut engine_for = |stopping: Stopping| -> Result<Engine> {
+        if let Some(engine) = engines.get(&stopping) {
+            return Ok(engine.clone());
+        }
+        let engine = host::engine(stopping)?;
+        engines.insert(stopping, engine.clone());
+        Ok(engine)
+    };
+    if !host::may_spawn_threads(&bytes) {
+        let engine = engine_for(Stopping::NoChecks)?;
+        let module = host::compile(&engine, app, &bytes)?;
+        // The byte search is a shortcut; the module's own imports decide.
+        if !host::is_threaded(&module) {
+            return Ok((engine, module));
+        }
+    }
+    let engine = engine_for(Stopping::EpochChecks)?;
+    let module = host::compile(&engine, app, &bytes)?;
+    Ok((engine, module))
+}
+
 /// Compiles every tenant's module, then runs all tenants at once on `store`, each in its own
 /// thread, and waits for all of them. Nothing runs unless every module compiles.
+///
+/// A threaded guest is compiled with epoch checks, so that its other threads stop when it
+/// ends while the other tenants go on; a guest of one thread ends with that thread and is
+/// compiled without them (see [`host::Stopping`]).
 pub fn run(
-    engine: &Engine,
     store: &Store,
     registry: &Registry,
     tenants: &[TenantConfig],
@@ -130,15 +158,17 @@ pub fn run(
             .with_context(|| format!("tenant {}", t.name))?;
     }
     let mut prepared = Vec::new();
-    let mut modules: HashMap<&Path, Module> = HashMap::new();
+    let mut engines: HashMap<Stopping, Engine> = HashMap::new();
+    let mut modules: HashMap<&Path, (Engine, Module)> = HashMap::new();
     for t in tenants {
         // Tenants running the same app share one compilation.
-        let module = match modules.get(t.app.as_path()) {
-            Some(m) => m.clone(),
+        let (engine, module) = match modules.get(t.app.as_path()) {
+            Some(compiled) => compiled.clone(),
             None => {
-                let m = host::load(engine, &t.app).with_context(|| format!("tenant {}", t.name))?;
-                modules.insert(&t.app, m.clone());
-                m
+                let compiled =
+                    compile(&mut engines, &t.app).with_context(|| format!("tenant {}", t.name))?;
+                modules.insert(&t.app, compiled.clone());
+                compiled
             }
         };
         let (_, root) = store
@@ -161,12 +191,12 @@ pub fn run(
             trap_unknown_imports: false,
             ..GuestSpec::default()
         };
-        prepared.push((t.name.clone(), module, spec));
+        prepared.push((t.name.clone(), engine, module, spec));
     }
     std::thread::scope(|scope| {
         let handles: Vec<_> = prepared
             .iter()
-            .map(|(name, module, spec)| {
+            .map(|(name, engine, module, spec)| {
                 let store = store.clone();
                 let thread = std::thread::Builder::new()
                     .name(format!("tenant-{name}"))

@@ -106,7 +106,7 @@ fn a_close_whose_flush_fails_returns_eio_to_the_guest() {
     });
     let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
     let (_, root) = store.tenant("t").unwrap();
-    let engine = host::engine(host::Stopping::Interruptible).unwrap();
+    let engine = host::engine(host::Stopping::EpochChecks).unwrap();
     let module = wasmtime::Module::new(&engine, wat::parse_str(GUEST).unwrap()).unwrap();
     let spec = GuestSpec {
         args: vec!["close".into()],

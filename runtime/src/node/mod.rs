@@ -102,7 +102,7 @@ pub struct Agent {
 
 /// Mounts the device and serves shims until the process is killed.
 pub fn serve(config: NodeConfig) -> Result<()> {
-    let engine = host::engine(host::Stopping::Interruptible)?;
+    let engine = host::engine(host::Stopping::EpochChecks)?;
     let store = config.device.mount()?;
     let registry = Registry::with_builtins(
         store.clone(),
