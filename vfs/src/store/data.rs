@@ -100,8 +100,8 @@ impl Store {
             let pos = offset + done as u64;
             let mut inner = self.lock_idle(ino)?;
             let buf_size = inner.pool.buffer_size() as u64;
-            let unplaceable = inner.has_unplaceable(ino);
             let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+            let waits_for_room = of.waits_for_room();
             match &mut of.window {
                 Some(w) if w.start <= pos && pos <= w.end() && pos < w.start + buf_size => {
                     let at = (pos - w.start) as usize;
@@ -132,7 +132,7 @@ impl Store {
                     let w = of.window.take().expect("matched");
                     inner.pool.give_back(w.buf);
                 }
-                None if unplaceable => {
+                None if waits_for_room => {
                     // As a full disk at write(2): new bytes are refused until the queued
                     // ones find room (retried here, as a sync would).
                     drop(inner);
@@ -905,25 +905,14 @@ impl Inner {
         Ok(())
     }
 
-    /// The front of `ino`'s queue found no room on the device and waits for a retry.
-    fn has_unplaceable(&self, ino: Ino) -> bool {
-        self.open
-            .get(&ino)
-            .and_then(|o| o.inflight.front())
-            .is_some_and(|d| d.no_space && !d.writing)
-    }
-
     /// Behind a write that found no room, a file's queued bytes wait in memory of their own
     /// and give their pool buffers back: a file (or a tenant, or a pod long gone) whose data
     /// does not fit must not take the buffers every other file writes through. What this
     /// holds is bounded: such a file gets no new window (see [`Store::write_slow`]). (After
     /// an I/O error the bytes keep their buffers, as before: the pool bounds them.)
     fn unpool_unplaceable(&mut self, ino: Ino) {
-        if !self.has_unplaceable(ino) {
-            return;
-        }
         let bs = self.state.block_size() as usize;
-        let Some(of) = self.open.get_mut(&ino) else {
+        let Some(of) = self.open.get_mut(&ino).filter(|of| of.waits_for_room()) else {
             return;
         };
         let mut freed = Vec::new();

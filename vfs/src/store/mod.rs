@@ -235,6 +235,13 @@ impl OpenFile {
     fn has_unwritten(&self) -> bool {
         !self.inflight.is_empty() || self.window.as_ref().is_some_and(|w| w.dirty)
     }
+
+    /// The front of the queue found no room on the device and waits for a retry.
+    fn waits_for_room(&self) -> bool {
+        self.inflight
+            .front()
+            .is_some_and(|d| d.no_space && !d.writing)
+    }
 }
 
 struct Handle {
