@@ -13,6 +13,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::error::ErrorKind;
@@ -20,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use valet_runtime::admin::{self, Registry};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::fs_cmd::{self, FsCommand};
-use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use valet_runtime::policy_cmd::{self, PolicyCommand};
 use valet_runtime::tenants;
 use valet_vfs::device::{Geometry, IoMode};
@@ -29,6 +31,8 @@ use valet_vfs::device::{Geometry, IoMode};
 const EXIT_OURS: u8 = 125;
 /// Exit code when the guest traps (128 + SIGABRT, what an aborted native program gives).
 const EXIT_TRAP: u8 = tenants::EXIT_TRAP;
+/// Exit code when `--timeout` stopped the guest (as `timeout` gives).
+const EXIT_TIMEOUT: u8 = 124;
 
 #[derive(Parser)]
 #[command(
@@ -129,11 +133,19 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
 
+    /// Stop the guest after this long (`500ms`, `90s`, `5m`, `2h`; a bare number is
+    /// seconds), as `timeout` stops a command: every thread of the guest ends at its next
+    /// WASI call or epoch check, what it synced stays, the store is synced, and valet-run
+    /// exits with 124. The guest is then compiled with epoch checks, which cost CPU-bound
+    /// code 10-20 %.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+
     /// Run the tenants a TOML file lists, at once, instead of one APP.
     #[arg(
         long,
         value_name = "FILE.toml",
-        conflicts_with_all = ["app", "mount", "tenant", "dirs", "envs", "tcplisten"]
+        conflicts_with_all = ["app", "mount", "tenant", "dirs", "envs", "tcplisten", "timeout"]
     )]
     tenants: Option<PathBuf>,
 
@@ -231,6 +243,43 @@ fn parse_env(kv: &str) -> Result<(String, String)> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// `500ms`, `90s`, `5m`, `2h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (500ms, 90s, 5m, 2h)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{text:?}: a timeout must be more than zero"))
+}
+
+/// Stops the guest through `stop` once `limit` has passed, unless the returned sender is
+/// dropped first (the guest ended). SIGALRM is what `timeout` would have sent.
+fn arm_timeout(stop: Arc<Stop>, limit: Duration) -> mpsc::Sender<()> {
+    let (ended, wait) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("valet-timeout".into())
+        .spawn(move || {
+            if wait.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout) {
+                stop.stop(libc::SIGALRM);
+            }
+        })
+        .expect("starting the timeout thread");
+    ended
+}
+
 fn parse_dir(spec: &str) -> Preopen {
     let (host, guest) = spec.split_once("::").unwrap_or((spec, spec));
     Preopen::Host {
@@ -258,9 +307,13 @@ fn run(cli: Cli) -> Result<u8> {
 /// Runs one guest, or every tenant of a tenants file, then syncs and reports.
 fn run_guests(cli: RunArgs) -> Result<u8> {
     let device = cli.device.spec()?;
-    // One guest ends with the process, so its code needs no epoch checks (tenants choose
-    // theirs, see `tenants::run`).
-    let engine = host::engine(host::Stopping::NoChecks)?;
+    // One guest ends with the process, so its code needs no epoch checks unless a timeout
+    // may have to stop it (tenants choose theirs, see `tenants::run`).
+    let engine = host::engine(if cli.timeout.is_some() {
+        host::Stopping::EpochChecks
+    } else {
+        host::Stopping::NoChecks
+    })?;
     // A bad app is reported before anything is created on disk.
     let app_module = match (&cli.tenants, &cli.app) {
         (None, Some(app)) => {
@@ -327,10 +380,26 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
                 .collect::<Result<_>>()?,
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
+            stop: cli.timeout.map(|_| Arc::new(Stop::default())),
             ..GuestSpec::default()
         };
+        let timer = cli
+            .timeout
+            .zip(spec.stop.clone())
+            .map(|(limit, stop)| arm_timeout(stop, limit));
         let exit = host::run(&engine, &module, &spec, &store)?;
+        drop(timer);
+        // A guest that ended just before the timer fired keeps its own exit.
+        let stopped = spec
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.signal() == Some(libc::SIGALRM));
         let code = match exit {
+            GuestExit::Code(code) if stopped && code == 128 + libc::SIGALRM => {
+                let limit = cli.timeout.unwrap_or_default();
+                eprintln!("valet-run: the guest ran past --timeout {limit:?} and was stopped");
+                EXIT_TIMEOUT
+            }
             GuestExit::Code(code) => code as u8,
             GuestExit::Trap(trap) => {
                 eprintln!("valet-run: guest trapped: {trap}");

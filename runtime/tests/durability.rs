@@ -495,3 +495,45 @@ fn acknowledged_writes_survive_sigkill() {
         "no operation was ever acknowledged: the kill window is too short"
     );
 }
+
+/// `--timeout` stops the same guest mid-run instead of a kill: valet-run exits with 124 and
+/// one line, and the store holds every acknowledged operation (and the one in flight whole
+/// or as a mix, as after a kill, since the guest stops at its next WASI call).
+#[test]
+fn a_guest_stopped_by_timeout_keeps_every_acknowledged_op() {
+    let device = tempfile::tempdir().unwrap();
+    let seed = mix(0x7173_0ff5);
+    let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(device.path())
+        .args(["--zone-size", "16", "--zones", "24", "--timeout", "1500ms"])
+        .arg(valet_guests::DURABLE_WRITER)
+        .args(["--", &seed.to_string(), "1", "/data"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run valet-run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(
+        stderr.contains("the guest ran past --timeout 1.5s and was stopped"),
+        "{stderr}"
+    );
+    let transcript = parse_transcript(&out.stdout);
+    let mut acked = Files::new();
+    let mut in_flight = None;
+    for entry in &transcript.ops {
+        let (seq, op, ok) = entry;
+        if *ok {
+            op.apply(seed, *seq, &mut acked);
+        } else {
+            in_flight = Some(entry);
+        }
+    }
+    assert!(
+        transcript.ops.iter().filter(|op| op.2).count() > 10,
+        "the guest acknowledged too little in 1.5 s to check anything"
+    );
+    let mut lock_wait = Duration::ZERO;
+    let actual = read_back(device.path(), &mut lock_wait);
+    check(0, seed, &acked, in_flight, &actual);
+}

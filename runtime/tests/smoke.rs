@@ -72,3 +72,52 @@ fn policy_given_as_a_missing_wasm_file_finds_the_builtin() {
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("nosuch.wasm"), "{stderr}");
 }
+
+/// `--timeout` stops a guest that never makes a WASI call (only an epoch check can), and
+/// leaves one that ends in time alone.
+#[test]
+fn timeout_stops_a_spinning_guest_and_spares_a_quick_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let spin = dir.path().join("spin.wasm");
+    std::fs::write(
+        &spin,
+        wat::parse_str(r#"(module (func (export "_start") (loop $l (br $l))))"#).unwrap(),
+    )
+    .unwrap();
+    let quick = dir.path().join("quick.wasm");
+    std::fs::write(
+        &quick,
+        wat::parse_str(
+            r#"(module
+                 (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+                 (func (export "_start") (call $exit (i32.const 7))))"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for (app, limit, code, says) in [(&spin, "300ms", 124, true), (&quick, "1h", 7, false)] {
+        let out = valet_run()
+            .arg("--device")
+            .arg(dir.path().join("dev"))
+            .args(["--zone-size", "16", "--zones", "16", "--timeout", limit])
+            .arg(app)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{}: {stderr}", app.display());
+        assert_eq!(stderr.contains("ran past --timeout"), says, "{stderr}");
+    }
+    for bad in ["0", "5x", "soon"] {
+        let out = valet_run()
+            .arg("--device")
+            .arg(dir.path().join("dev"))
+            .args(["--timeout", bad])
+            .arg(&quick)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "--timeout {bad}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("--timeout"), "{stderr}");
+    }
+}
