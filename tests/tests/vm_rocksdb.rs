@@ -15,16 +15,19 @@
 //! is `filluniquerandom`, which writes every key once, where the report's `fillrandom`
 //! leaves about 5 % of the keys unwritten), every key read back after reopening was found,
 //! fsck is clean, the drive agrees with the store (zonefs: write pointers and conditions of
-//! every zone; FDP: the drive counted at least the bytes the store says it wrote, at most
-//! a block more per device flush, and under `rocks` the WAL's zones carry other placement
-//! identifiers than the tables'). The WAF order of the policies is printed, not asserted:
-//! one run under TCG says little about it.
+//! every zone; FDP: the drive counted at least the bytes the store says it wrote, and at most
+//! the backend's zone-table writes more, and under `rocks` the WAL's zones carry other
+//! placement identifiers than the tables'). The WAF order of the policies is printed, not
+//! asserted: one run under TCG says little about it. Neither is the count of policy calls
+//! that missed their 20 ms deadline (`policy_faults=`): on TCG's one slow CPU some do, and
+//! the default placement decides those.
 //!
 //! The guest is compiled on the host (`VALET_PORTABLE_CODE=1`) into a module cache shipped
 //! into the VM, as in `vm_leveldb.rs`. The VMs run one at a time (a lock in this file): two
-//! TCG VMs on a small machine would slow each other's figures. Both tests are long
-//! (several minutes each under TCG) and ignored in the normal suite; README "Long tests"
-//! runs them with `--include-ignored`.
+//! TCG VMs on a small machine would slow each other's figures. The two experiment tests take
+//! about 9–10 minutes each here and are ignored (long mode: `--include-ignored`); the
+//! normal suite runs `rocksdb_smoke_run_on_zonefs_in_a_vm` ([`SMOKE`], about 85 s): `rocks`
+//! alone on a smaller store, with the same checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -238,8 +241,10 @@ fn initramfs(
     }
     initrd.add_file("guest/rocksdb.wasm", &std::fs::read(wasm).unwrap());
     initrd.add_dir(&cache, "cache");
+    // The first `echo` ends the line the firmware's escape codes left on the console.
     let mut script = String::from(
-        "export XDG_CACHE_HOME=/cache VALET_PORTABLE_CODE=1\n\
+        "echo\n\
+         export XDG_CACHE_HOME=/cache VALET_PORTABLE_CODE=1\n\
          set -o pipefail\n\
          ip link set lo up\n\
          mkdir -p /mnt/zns\n",
@@ -327,15 +332,16 @@ fn benches(lines: &[String]) -> Vec<Bench> {
     out
 }
 
-/// The drive's host bytes written (`hbmw` of `nvme fdp stats`), from a `FDPSTATS` line.
-fn hbmw(json: &str) -> u64 {
+/// Field `name` of `nvme fdp stats` (`hbmw`: host bytes written, `mbmw`: media bytes
+/// written), from a `FDPSTATS` line.
+fn fdp_stat(json: &str, name: &str) -> u64 {
     let stats: serde_json::Value = serde_json::from_str(json).expect("nvme fdp stats JSON");
-    let field = &stats["hbmw"];
+    let field = &stats[name];
     field
         .as_str()
         .and_then(|s| s.parse().ok())
         .or_else(|| field.as_u64())
-        .unwrap_or_else(|| panic!("no hbmw in {json}"))
+        .unwrap_or_else(|| panic!("no {name} in {json}"))
 }
 
 /// `wptr` (bytes into the zone) and condition of every zone of `blkzone report` lines.
@@ -442,8 +448,14 @@ fn check_policy(run: &VmRun, device: Device, shape: Shape, policy: &str) -> Stri
             // The drive counted every byte the store wrote (data and metadata), and at
             // most the backend's zone-table writes more: two copies when a zone is reset,
             // finished or filled, a block per flush, and the format's.
-            let drive = hbmw(&run.lines_with(&format!("FDPSTATS {policy} after "))[0])
-                - hbmw(&run.lines_with(&format!("FDPSTATS {policy} before "))[0]);
+            let delta = |name| {
+                let at = |when| {
+                    let line = run.lines_with(&format!("FDPSTATS {policy} {when} "));
+                    fdp_stat(line.first().expect("nvme fdp stats"), name)
+                };
+                at("after") - at("before")
+            };
+            let drive = delta("hbmw");
             let ours = field("device_bytes") + field("meta_bytes");
             let tables = field("zone_resets")
                 + field("zone_finishes")
@@ -456,7 +468,11 @@ fn check_policy(run: &VmRun, device: Device, shape: Shape, policy: &str) -> Stri
                 drive >= ours && drive - ours <= slack,
                 "{policy}: the drive counted {drive} host bytes, the store wrote {ours}"
             );
-            drive_mib = format!(" drive_host_mib={:.1}", drive as f64 / MIB as f64);
+            drive_mib = format!(
+                " drive_host_mib={:.1} drive_media_mib={:.1}",
+                drive as f64 / MIB as f64,
+                delta("mbmw") as f64 / MIB as f64
+            );
             if policy == "rocks" {
                 let mut pids = BTreeMap::<String, BTreeSet<String>>::new();
                 for z in &store {
@@ -602,13 +618,13 @@ fn run_in_vm(device: Device, shape: Shape) {
 }
 
 #[test]
-#[ignore = "long mode: three RocksDB runs under TCG, about 9 minutes"]
+#[ignore = "long mode: three RocksDB runs under TCG, about 10 minutes"]
 fn rocksdb_80_percent_experiment_on_zonefs_in_a_vm() {
     run_in_vm(Device::Zonefs, EXPERIMENT);
 }
 
 #[test]
-#[ignore = "long mode: three RocksDB runs under TCG, about 9 minutes"]
+#[ignore = "long mode: three RocksDB runs under TCG, about 10 minutes"]
 fn rocksdb_80_percent_experiment_on_fdp_in_a_vm() {
     run_in_vm(Device::Fdp, EXPERIMENT);
 }
