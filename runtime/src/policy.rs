@@ -11,6 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -20,7 +21,7 @@ use valet_vfs::{
 };
 use wasmtime::{
     Config, Engine, ExternType, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder,
-    TypedFunc, ValType,
+    TypedFunc, UpdateDeadline, ValType,
 };
 
 /// What a policy may use.
@@ -32,10 +33,13 @@ pub struct Limits {
     /// (`learn`). The budget is about 40 times that: room for policies that think harder,
     /// and a spinning one is stopped within about a millisecond of CPU.
     pub fuel_per_call: u64,
-    /// Wall-clock bound of each call, in milliseconds (epoch interruption): a policy slowed
-    /// down by anything fuel does not count still answers, or faults, in time. A call
-    /// runs on the thread of the tenant that asked, with no store lock held, so a slow
-    /// policy costs its own tenant only.
+    /// Bound of each call in milliseconds of the calling thread's CPU time (checked at
+    /// epoch ticks): a policy slowed down by anything fuel does not count (bulk memory
+    /// operations, memory growth) still answers, or faults, in time. CPU time rather than
+    /// wall-clock time, so that a call whose thread the host merely did not run (a loaded
+    /// machine, a slow emulated CPU shared by many threads) is not a fault: a fault throws
+    /// the instance and its state away. A call runs on the thread of the tenant that asked,
+    /// with no store lock held, so a slow policy costs its own tenant only.
     pub deadline_ms: u64,
     /// Largest linear memory.
     pub memory_bytes: usize,
@@ -54,11 +58,11 @@ impl Default for Limits {
     }
 }
 
-/// Wall-clock bound of loading a policy (its calls are bounded by fuel too).
-const LOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+/// CPU-time bound of loading a policy (its calls are bounded by fuel too).
+const LOAD_DEADLINE: Duration = Duration::from_secs(2);
 
 /// How often the policy engine's epoch advances: the granularity of call deadlines.
-const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(1);
+const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// The engine policies run on: fuel metering and epoch deadlines on, nothing else the ABI
 /// does not need. A thread advances the epoch every millisecond while the engine lives.
@@ -190,6 +194,51 @@ impl PolicyModule {
 
 struct State {
     limits: StoreLimits,
+    /// The running call's CPU-time budget and the thread's CPU time when it started.
+    cpu_budget: Duration,
+    cpu_at_start: Duration,
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: plain syscall writing into a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Epoch ticks of `budget`, at least one.
+fn ticks(budget: Duration) -> u64 {
+    (budget.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+}
+
+/// The thread's CPU time is only known on it, so the deadline is an epoch deadline set for
+/// the wall-clock time of the budget, and when it passes the callback (on the calling
+/// thread) looks at the CPU time the call used: a call that used its budget faults, one that
+/// waited for a core goes on for what is left of it.
+fn watch_cpu_time(store: &mut Store<State>) {
+    store.epoch_deadline_callback(|ctx| {
+        let st = ctx.data();
+        let used = thread_cpu_time().saturating_sub(st.cpu_at_start);
+        match st.cpu_budget.checked_sub(used) {
+            Some(left) if !left.is_zero() => Ok(UpdateDeadline::Continue(ticks(left))),
+            _ => Err(wasmtime::Error::msg(format!(
+                "ran past its {} ms of CPU time",
+                st.cpu_budget.as_millis()
+            ))),
+        }
+    });
+}
+
+/// Arms `store` for one call of at most `budget` of CPU time.
+fn arm_deadline(store: &mut Store<State>, budget: Duration) {
+    let st = store.data_mut();
+    st.cpu_budget = budget;
+    st.cpu_at_start = thread_cpu_time();
+    store.set_epoch_deadline(ticks(budget));
 }
 
 /// One live instance of a policy.
@@ -200,8 +249,8 @@ struct PolicyInstance {
     place: TypedFunc<i32, i32>,
     event: Option<TypedFunc<i32, ()>>,
     fuel: u64,
-    /// Epoch ticks each call may take.
-    ticks: u64,
+    /// CPU time each call may take.
+    budget: Duration,
 }
 
 impl PolicyInstance {
@@ -214,17 +263,21 @@ impl PolicyInstance {
             .tables(4)
             .table_elements(100_000)
             .build();
-        let mut store = Store::new(policy.module.engine(), State { limits });
+        let state = State {
+            limits,
+            cpu_budget: LOAD_DEADLINE,
+            cpu_at_start: Duration::ZERO,
+        };
+        let mut store = Store::new(policy.module.engine(), state);
         store.limiter(|s| &mut s.limits);
         let fuel = policy.limits.fuel_per_call;
-        let ticks = policy.limits.deadline_ms.max(1) / EPOCH_TICK.as_millis() as u64;
+        let budget = Duration::from_millis(policy.limits.deadline_ms.max(1));
         // Loading (instantiation, the ABI handshake, `valet_init`) runs once, before any
         // placement waits on it: fuel bounds it, and a deadline meant for placement calls
-        // would refuse a sound policy on a loaded machine or in a debug build.
-        let load_ticks = (LOAD_DEADLINE.as_millis() / EPOCH_TICK.as_millis()) as u64;
+        // would refuse a sound policy in a debug build.
         store.set_fuel(fuel)?;
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(load_ticks);
+        watch_cpu_time(&mut store);
+        arm_deadline(&mut store, LOAD_DEADLINE);
         let instance = Instance::new(&mut store, &policy.module, &[])
             .map_err(|e| anyhow!("policy {name}: start failed: {}", trap_line(&e)))?;
         let memory = instance
@@ -232,7 +285,7 @@ impl PolicyInstance {
             .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
         let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(load_ticks);
+            arm_deadline(store, LOAD_DEADLINE);
             instance
                 .get_typed_func::<(), i32>(&mut *store, export)?
                 .call(&mut *store, ())
@@ -251,7 +304,7 @@ impl PolicyInstance {
         }
         if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
             store.set_fuel(fuel)?;
-            store.set_epoch_deadline(load_ticks);
+            arm_deadline(&mut store, LOAD_DEADLINE);
             init.call(&mut store, max_streams as i32)
                 .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
         }
@@ -262,14 +315,14 @@ impl PolicyInstance {
             memory,
             buffer,
             fuel,
-            ticks,
+            budget,
         })
     }
 
     /// Arms the budgets for one call.
     fn arm(&mut self) -> Result<()> {
         self.store.set_fuel(self.fuel)?;
-        self.store.set_epoch_deadline(self.ticks);
+        arm_deadline(&mut self.store, self.budget);
         Ok(())
     }
 
