@@ -652,6 +652,23 @@ pub fn cargo_test_binary(package: &str, test: &str) -> PathBuf {
     panic!("cargo named no executable for {package} --test {test}");
 }
 
+/// A wasmtime module cache in `dir/cache` holding guest `wasm` compiled for x86-64-v2 (what
+/// QEMU's emulated CPU runs), made by running the guest once on the host under `valet-run
+/// --policy rocks` with `args`: compiling a large module under TCG would take minutes.
+/// `what` names the guest in a failure.
+pub fn portable_module_cache(wasm: &str, args: &[&str], dir: &Path, what: &str) -> PathBuf {
+    let cache = dir.join("cache");
+    let out = crate::valet_run(&dir.join("host-device"))
+        .env("XDG_CACHE_HOME", &cache)
+        .env("VALET_PORTABLE_CODE", "1")
+        .args(["--policy", "rocks", wasm, "--"])
+        .args(args)
+        .output()
+        .expect("starting valet-run");
+    crate::check(&out, &format!("compiling {what} on the host"));
+    cache
+}
+
 /// The build's binary `name` of another package (`valet-run`), built if missing.
 pub fn cargo_bin(package: &str, name: &str) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -23,28 +23,6 @@ const MIB: u64 = 1 << 20;
 const WRITE: &str = "--benchmarks=fillrandom,overwrite --num 12000";
 const READ: &str = "--benchmarks=readrandom --use_existing_db=1 --num 12000";
 
-/// A module cache holding LevelDB compiled for x86-64-v2 (and the initramfs pieces that go
-/// with it): compiled by running the guest once on the host.
-fn compiled_cache(wasm: &str, dir: &Path) -> PathBuf {
-    let cache = dir.join("cache");
-    let out = valet_tests::valet_run(&dir.join("host-device"))
-        .env("XDG_CACHE_HOME", &cache)
-        .env("VALET_PORTABLE_CODE", "1")
-        .args([
-            "--policy",
-            "rocks",
-            wasm,
-            "--",
-            "--benchmarks=fillseq",
-            "--num",
-            "10",
-        ])
-        .output()
-        .expect("starting valet-run");
-    valet_tests::check(&out, "compiling LevelDB on the host");
-    cache
-}
-
 fn initramfs(
     assets: &Assets,
     kernel: &Kernel,
@@ -54,7 +32,12 @@ fn initramfs(
     script: &str,
 ) -> PathBuf {
     let wasm = valet_guests::require("leveldb").expect("checked by the caller");
-    let cache = compiled_cache(wasm, dir);
+    let cache = valet_tests::vm::portable_module_cache(
+        wasm,
+        &["--benchmarks=fillseq", "--num", "10"],
+        dir,
+        "LevelDB",
+    );
     let mut initrd = Initramfs::new(assets, kernel);
     for module in modules {
         initrd.add_module(module);

@@ -102,28 +102,6 @@ fn read_args(shape: Shape) -> String {
     )
 }
 
-/// A module cache holding db_bench compiled for x86-64-v2, by running it once on the host.
-fn compiled_cache(wasm: &str, dir: &Path) -> PathBuf {
-    let cache = dir.join("cache");
-    let out = valet_tests::valet_run(&dir.join("host-device"))
-        .env("XDG_CACHE_HOME", &cache)
-        .env("VALET_PORTABLE_CODE", "1")
-        .args([
-            "--policy",
-            "rocks",
-            wasm,
-            "--",
-            "--db=/data/db",
-            "--benchmarks=fillseq",
-            "--num=10",
-            "--compression_type=none",
-        ])
-        .output()
-        .expect("starting valet-run");
-    valet_tests::check(&out, "compiling db_bench on the host");
-    cache
-}
-
 /// Which device the VM gives the store.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Device {
@@ -232,7 +210,17 @@ fn initramfs(
     tools: &[(&Path, &str)],
 ) -> PathBuf {
     let wasm = valet_guests::require("rocksdb").expect("checked by the caller");
-    let cache = compiled_cache(wasm, dir);
+    let cache = valet_tests::vm::portable_module_cache(
+        wasm,
+        &[
+            "--db=/data/db",
+            "--benchmarks=fillseq",
+            "--num=10",
+            "--compression_type=none",
+        ],
+        dir,
+        "db_bench",
+    );
     let mut initrd = Initramfs::new(assets, kernel);
     if device == Device::Zonefs {
         initrd.add_module("zonefs");
