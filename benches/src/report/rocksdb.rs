@@ -95,11 +95,11 @@ impl Pass {
     const ALL: [Pass; 3] = [Pass::Unsynced, Pass::Synced, Pass::PacedWriter];
 
     /// The table's first column.
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
-            Pass::Unsynced => "0",
-            Pass::Synced => "1",
-            Pass::PacedWriter => "0, writer at 8 MiB/s",
+            Pass::Unsynced => "0".into(),
+            Pass::Synced => "1".into(),
+            Pass::PacedWriter => format!("0, writer at {} MiB/s", PACED_WRITE_RATE >> 20),
         }
     }
 
@@ -596,9 +596,10 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
          between it and the policies' rows. `readwhilewriting`'s figures are its reader's \
          (one thread): unpaced, its writer writes as fast as it can and takes its share of \
          the cores, so a setup whose writes are cheaper writes more and reads less; the rows \
-         \"writer at 8 MiB/s\" run it again (after a `fillseq` at that rate) with the writer \
-         paced, the same write load under every setup.\n",
-        scale.name()
+         \"{}\" run it again (after a `fillseq` at that rate) with the writer paced, the \
+         same write load under every setup.\n",
+        scale.name(),
+        Pass::PacedWriter.label()
     );
     let _ = writeln!(md, "| sync | benchmark | setup | ops/s | P50 | P99 | P99.99 | ops/s / stock 36 | time / native |");
     let _ = writeln!(
