@@ -129,7 +129,8 @@ fn nearly_full(files: u8, file_blocks: usize, extra: usize) {
     );
     assert!(stats.zone_resets > 0, "{stats:?}");
     read_back(&store, root, &models, "after the churn");
-    assert!(store.fsck_deep().unwrap().is_clean());
+    let report = store.fsck_deep().unwrap();
+    assert!(report.is_clean(), "{report:?}");
 
     // What does not fit is refused.
     let f = store
@@ -245,7 +246,8 @@ fn four_tenants_on_eight_zones_neither_fail_nor_hang() {
     }
     let stats = store.stats();
     assert!(stats.gc_bytes_moved > 0, "{stats:?}");
-    assert!(store.fsck_deep().unwrap().is_clean());
+    let report = store.fsck_deep().unwrap();
+    assert!(report.is_clean(), "{report:?}");
     store.unmount().unwrap();
 }
 
@@ -354,7 +356,8 @@ fn short_lived_tenants_past_the_zones_neither_hang_nor_starve_the_first() {
     for (root, models) in &kept {
         read_back(&store, *root, models, "after the tenants");
     }
-    assert!(store.fsck_deep().unwrap().is_clean());
+    let report = store.fsck_deep().unwrap();
+    assert!(report.is_clean(), "{report:?}");
     // The refused tenants' bytes were never acknowledged, and stay dirty (never dropped)
     // until their files go: unmount reports them.
     assert!(
@@ -365,5 +368,6 @@ fn short_lived_tenants_past_the_zones_neither_hang_nor_starve_the_first() {
     for (root, models) in &kept {
         read_back(&store, *root, models, "after a remount");
     }
-    assert!(store.fsck_deep().unwrap().is_clean());
+    let report = store.fsck_deep().unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }

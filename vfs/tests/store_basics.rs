@@ -226,3 +226,48 @@ fn deleted_data_frees_zones_without_moving_anything() {
     let _ = OpenReason::Create;
     let _ = Class::Zoned;
 }
+
+/// SQLite's WAL at a commit rewrites the 24-byte header of each frame (4,120 bytes apart)
+/// in file order. A rewrite that starts just past the file's window joins it (the bytes in
+/// between are read back into it) instead of opening a window and a flush of its own; a
+/// sparse write a little past the end of file joins it with zeros.
+#[test]
+fn short_forward_gaps_join_the_window() {
+    const FRAME: usize = 4120;
+    const FRAMES: usize = 12;
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store
+        .open_file(root, "bench.db-wal", OpenOptions::create())
+        .unwrap();
+    let mut model: Vec<u8> = (0..FRAMES * FRAME).map(|i| (i % 253) as u8).collect();
+    f.write_at(&model, 0).unwrap();
+    f.sync_data().unwrap();
+
+    let before = store.stats().background_flushes;
+    for frame in 0..FRAMES {
+        let at = frame * FRAME + 7;
+        let header = [0xA0 + frame as u8; 24];
+        model[at..at + 24].copy_from_slice(&header);
+        f.write_at(&header, at as u64).unwrap();
+    }
+    // Past the end of file by less than a block: the hole reads as zeros.
+    let end = model.len();
+    model.resize(end + 1000, 0);
+    model.extend_from_slice(b"tail");
+    f.write_at(b"tail", end as u64 + 1000).unwrap();
+    let flushes = store.stats().background_flushes - before;
+    // 12 rewrites over 49,440 bytes: one 64 KiB window, where each used to be a window.
+    assert_eq!(flushes, 0, "the rewrites went to {flushes} windows");
+    assert_eq!(read_all(&store, root, "bench.db-wal"), model);
+    f.sync_data().unwrap();
+    f.close().unwrap();
+    assert_eq!(read_all(&store, root, "bench.db-wal"), model);
+    assert!(store.fsck_deep().unwrap().is_clean());
+    drop(store);
+
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    assert_eq!(read_all(&store, root, "bench.db-wal"), model);
+}

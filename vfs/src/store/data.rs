@@ -100,8 +100,17 @@ impl Store {
             let pos = offset + done as u64;
             let mut inner = self.lock_idle(ino)?;
             let buf_size = inner.pool.buffer_size() as u64;
+            let bs = inner.state.block_size();
             let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
             let waits_for_room = of.waits_for_room();
+            if let Some(from) = of
+                .window
+                .as_ref()
+                .and_then(|w| w.gap_to_fill(pos, bs, buf_size))
+            {
+                self.fill_gap(inner, ino, from, pos)?;
+                continue;
+            }
             match &mut of.window {
                 Some(w) if w.start <= pos && pos <= w.end() && pos < w.start + buf_size => {
                     let at = (pos - w.start) as usize;
@@ -143,6 +152,36 @@ impl Store {
                     self.start_window(ino, pos)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Extends `ino`'s window from its end `from` to `pos` with the file's bytes there
+    /// (zeros past the end of file), read with the file busy and no lock held.
+    fn fill_gap<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        ino: Ino,
+        from: u64,
+        pos: u64,
+    ) -> Result<()> {
+        let size = inner.state.inode(ino)?.size;
+        let mut gap = vec![0u8; (pos - from) as usize];
+        let known = size.clamp(from, pos) - from;
+        if known > 0 {
+            self.set_busy(&mut inner, ino, true);
+            let read = self.read_range(inner, ino, &mut gap[..known as usize], from);
+            inner = self.lock()?;
+            self.set_busy(&mut inner, ino, false);
+            read?;
+        }
+        let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        // The window cannot have changed while the file was busy; check all the same.
+        if let Some(w) = of.window.as_mut().filter(|w| w.end() == from) {
+            let at = w.len;
+            w.buf[at..at + gap.len()].copy_from_slice(&gap);
+            w.len += gap.len();
+            w.dirty = true;
         }
         Ok(())
     }
