@@ -9,11 +9,19 @@
 
 use std::sync::Arc;
 
+/// Largest detached window that is copied out of its pool buffer (see
+/// [`BufferPool::copy_out`]).
+const SMALL_COPY: usize = 64 * 1024;
+
 /// Fixed set of equally sized buffers; the ones out of the pool are owned by windows or by
 /// in-flight flushes.
 pub struct BufferPool {
     free: Vec<Vec<u8>>,
     size: usize,
+    /// Bytes of small detached windows copied out of the pool and not yet written.
+    copied: usize,
+    /// Most bytes `copied` may reach: a quarter of the pool.
+    copy_budget: usize,
 }
 
 impl BufferPool {
@@ -21,7 +29,29 @@ impl BufferPool {
         BufferPool {
             free: (0..count).map(|_| vec![0u8; size]).collect(),
             size,
+            copied: 0,
+            copy_budget: count * size / 4,
         }
+    }
+
+    /// The first `len` bytes of `buf` in memory of their own, `buf` back in the pool, when
+    /// they are few and the copy budget allows; else `buf` unchanged. A page rewritten in
+    /// place (a B-tree's commit, a checkpoint) is a window of one block: queued for the
+    /// device in a whole pool buffer, a few dozen of them would hold every buffer and make
+    /// every other file wait. Copies count until [`BufferPool::release_copy`].
+    pub fn copy_out(&mut self, buf: Vec<u8>, len: usize) -> Result<Vec<u8>, Vec<u8>> {
+        if len > SMALL_COPY || self.copied + len > self.copy_budget {
+            return Err(buf);
+        }
+        let own = buf[..len].to_vec();
+        self.copied += len;
+        self.give_back(buf);
+        Ok(own)
+    }
+
+    /// A copy made by [`BufferPool::copy_out`] was written (or dropped).
+    pub fn release_copy(&mut self, len: usize) {
+        self.copied -= len;
     }
 
     pub fn take(&mut self) -> Option<Vec<u8>> {
@@ -109,6 +139,8 @@ pub struct Detached {
     pub set_size: Option<u64>,
     /// The buffer belongs to the pool (else it is dropped once written).
     pub pooled: bool,
+    /// The buffer is a small window's copy that the pool counts (its length is the count).
+    pub copied: bool,
     /// Being written by some thread (false: waiting, or failed and kept for a retry).
     pub writing: bool,
     /// Why the last write of this buffer failed.

@@ -355,27 +355,37 @@ impl Store {
             let Some(of) = inner.open.get_mut(&ino) else {
                 return Ok(());
             };
-            let Some(front) = of.inflight.front_mut() else {
-                return Ok(());
-            };
-            if front.writing {
-                drop(self.wait(inner)?);
-                continue;
+            match of.inflight.front() {
+                None => return Ok(()),
+                Some(front) if front.writing => {
+                    drop(self.wait(inner)?);
+                    continue;
+                }
+                Some(_) => {}
             }
-            front.writing = true;
-            let buf = front.buf.clone();
-            let (start, len) = (front.start, front.len);
-            drop(inner);
-            if let Err(e) = self.write_front(ino, buf, start, len) {
+            let batch = small_batch(&mut of.inflight);
+            let written = if batch.is_empty() {
+                let front = of.inflight.front_mut().expect("matched above");
+                front.writing = true;
+                let buf = front.buf.clone();
+                let (start, len) = (front.start, front.len);
+                drop(inner);
+                self.write_front(ino, buf, start, len)
+            } else {
+                drop(inner);
+                self.write_small_batch(ino, &batch)
+            };
+            if let Err(e) = written {
                 let mut inner = self.lock()?;
-                if let Some(front) = inner
-                    .open
-                    .get_mut(&ino)
-                    .and_then(|o| o.inflight.front_mut())
-                {
-                    front.writing = false;
-                    front.error = Some(e.to_string());
-                    front.no_space = matches!(e, Error::NoSpace(_));
+                if let Some(of) = inner.open.get_mut(&ino) {
+                    // The buffers marked `writing` are this thread's: they wait for a retry.
+                    for d in of.inflight.iter_mut().filter(|d| d.writing) {
+                        d.writing = false;
+                    }
+                    if let Some(front) = of.inflight.front_mut() {
+                        front.error = Some(e.to_string());
+                        front.no_space = matches!(e, Error::NoSpace(_));
+                    }
                 }
                 inner.unpool_unplaceable(ino);
                 let _ = inner.settle_closed(ino);
@@ -389,19 +399,76 @@ impl Store {
     /// Writes the front detached buffer of `ino` (owned by this thread: `writing` is set)
     /// and records its extents.
     fn write_front(&self, ino: Ino, buf: Arc<Vec<u8>>, start: u64, len: usize) -> Result<()> {
-        let (key, hint, bs) = {
-            let inner = self.lock()?;
-            let inode = inner.state.inode(ino)?;
-            let key = StreamKey::user(inode.tenant, inode.hint.stream);
-            let mut hint = inode.hint;
-            let stream_bytes = inner.counters.streams.get(&key).map_or(0, |c| c.host);
-            hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
-            (key, hint, inner.state.block_size())
-        };
+        let (key, hint, bs) = self.stream_of(ino)?;
         let total = (len as u64).div_ceil(bs) * bs;
         self.write_pieces(ino, key, &hint, &buf, start, total)?;
         drop(buf);
         self.finish_front(ino, key, total)
+    }
+
+    /// Writes a batch of small queued buffers of `ino` (the front and the ones after it,
+    /// marked `writing`; see [`small_batch`]) as one device write per piece of allocation,
+    /// and records each buffer's extents and retires it in queue order, as
+    /// [`Store::write_front`] does for one.
+    fn write_small_batch(&self, ino: Ino, batch: &[SmallQueued]) -> Result<()> {
+        let (key, hint, bs) = self.stream_of(ino)?;
+        let mut data = Vec::with_capacity(batch.iter().map(|q| q.bytes.len()).sum());
+        for q in batch {
+            data.extend_from_slice(&q.bytes);
+        }
+        let total = data.len() as u64;
+        let (mut written, mut next, mut next_at) = (0u64, 0usize, 0u64);
+        while written < total {
+            let want = ((total - written) / bs) as u32;
+            let r = self.allocate(key, &hint, want, false)?;
+            let piece_end = written + r.blocks as u64 * bs;
+            let recorded = self
+                .write_blocks(r, &data[written as usize..piece_end as usize])
+                .and_then(|crc| {
+                    // Each buffer's part of the piece is an extent of its own.
+                    let mut at = written;
+                    while at < piece_end {
+                        let q = &batch[next];
+                        let q_end = next_at + q.bytes.len() as u64;
+                        let to = piece_end.min(q_end);
+                        let whole = at == written && to == piece_end;
+                        let part = Reserved {
+                            zone: r.zone,
+                            block: r.block + ((at - written) / bs) as u32,
+                            blocks: ((to - at) / bs) as u32,
+                        };
+                        let crc = match whole {
+                            true => crc,
+                            false => crc32c::crc32c(&data[at as usize..to as usize]),
+                        };
+                        let file_block = (q.start + (at - next_at)) / bs;
+                        self.record_piece(ino, part, crc, file_block, at == next_at, to == q_end)?;
+                        if to == q_end {
+                            self.finish_front(ino, key, q.bytes.len() as u64)?;
+                            next += 1;
+                            next_at = q_end;
+                        }
+                        at = to;
+                    }
+                    Ok(())
+                });
+            self.unpin(r.zone);
+            recorded?;
+            written = piece_end;
+        }
+        Ok(())
+    }
+
+    /// The stream a flush of `ino` writes to, its hint (with the lifetime group of the
+    /// stream's bytes so far) and the block size.
+    fn stream_of(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
+        let inner = self.lock()?;
+        let inode = inner.state.inode(ino)?;
+        let key = StreamKey::user(inode.tenant, inode.hint.stream);
+        let mut hint = inode.hint;
+        let stream_bytes = inner.counters.streams.get(&key).map_or(0, |c| c.host);
+        hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
+        Ok((key, hint, inner.state.block_size()))
     }
 
     /// Reserves and writes `total` bytes of `buf` (file offset `start`) as extents of
@@ -504,6 +571,9 @@ impl Store {
         let done = of.inflight.pop_front().expect("the front is ours");
         let unreported = std::mem::take(&mut of.unreported);
         inner.counters.streams.entry(key).or_default().device += total;
+        if done.copied {
+            inner.pool.release_copy(done.buf.len());
+        }
         if let Ok(buf) = Arc::try_unwrap(done.buf) {
             if done.pooled {
                 inner.pool.give_back(buf);
@@ -755,6 +825,7 @@ impl Store {
             size,
             set_size: Some(size),
             pooled: false,
+            copied: false,
             writing: false,
             error: None,
             no_space: false,
@@ -850,6 +921,42 @@ impl Store {
     }
 }
 
+/// Most buffers one device write of small ones carries.
+const MAX_SMALL_BATCH: usize = 256;
+
+/// A small queued buffer taken into a batch: its padded bytes and file offset.
+struct SmallQueued {
+    bytes: Arc<Vec<u8>>,
+    start: u64,
+}
+
+/// Marks `writing` and returns the run of small buffers at the front of a file's queue
+/// (copies of one-page windows: [`BufferPool::copy_out`](super::buffer::BufferPool::copy_out))
+/// when there are two or more, so that a checkpoint's scattered pages go to the device in one
+/// write instead of one each; empty otherwise. Buffers that failed before, or that carry
+/// a truncation, go alone.
+fn small_batch(queue: &mut std::collections::VecDeque<Detached>) -> Vec<SmallQueued> {
+    let run = queue
+        .iter()
+        .take(MAX_SMALL_BATCH)
+        .take_while(|d| d.copied && !d.writing && d.error.is_none() && d.set_size.is_none())
+        .count();
+    if run < 2 {
+        return Vec::new();
+    }
+    queue
+        .iter_mut()
+        .take(run)
+        .map(|d| {
+            d.writing = true;
+            SmallQueued {
+                bytes: d.buf.clone(),
+                start: d.start,
+            }
+        })
+        .collect()
+}
+
 impl Inner {
     /// The fast path: copies `data` into the window if it continues or overwrites it and
     /// leaves it not full. Returns false when the slow path must run.
@@ -911,13 +1018,17 @@ impl Inner {
         let padded = (end.div_ceil(bs) * bs - w.start) as usize;
         w.buf[w.len..w.len + tail.len()].copy_from_slice(&tail);
         w.buf[w.len + tail.len()..padded].fill(0);
+        let (bytes, copied) = match self.pool.copy_out(w.buf, padded) {
+            Ok(own) => (own, true),
+            Err(pooled) => (pooled, false),
+        };
         let keep_from = end / bs * bs;
         let keep = (end - keep_from) as usize;
         let skip = (keep_from - w.start) as usize;
         let next = match keep {
             0 => None,
             _ => self.pool.take().map(|mut buf| {
-                buf[..keep].copy_from_slice(&w.buf[skip..skip + keep]);
+                buf[..keep].copy_from_slice(&bytes[skip..skip + keep]);
                 Window::new(buf, keep_from, keep, 0)
             }),
         };
@@ -927,12 +1038,13 @@ impl Inner {
         });
         let of = self.open.get_mut(&ino).expect("checked above");
         of.inflight.push_back(Detached {
-            buf: Arc::new(w.buf),
+            buf: Arc::new(bytes),
             start: w.start,
             len: w.len,
             size,
             set_size: None,
-            pooled: true,
+            pooled: !copied,
+            copied,
             writing: false,
             error: None,
             no_space: false,
