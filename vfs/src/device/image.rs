@@ -36,6 +36,11 @@
 //! the file system already holds. Only bytes past the write pointer are filled, which by
 //! the zone rules hold nothing. The filling runs on a thread of the device's own after the
 //! sync returns, in 128 KiB steps; a write into the step being filled waits for it.
+//! Each step allocates blocks, and the sync after it commits the allocation to the host
+//! file system's journal (two or three flushes instead of one), so a reset keeps the
+//! zone's blocks allocated (warm): a zone written again soon needs no fill at all. The
+//! filler gives a zone's space back (a hole punch) once it has stayed empty for ten
+//! seconds, and no more than [`WARM_ZONES`] reset zones keep their space at once.
 //!
 //! Writes take the zone-table lock only to check and advance the write pointer: the data
 //! goes to the file with no lock held, so writes to different zones and reads proceed in
@@ -53,9 +58,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::io::{IoEngine, IoMode};
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
@@ -73,8 +79,13 @@ const PREPARE_AHEAD: u64 = 1 << 20;
 /// Writes at least this long start their writeback at once (smaller ones are synced soon,
 /// or are not worth a system call).
 const EARLY_WRITEBACK: usize = 64 * 1024;
-/// What one hole punch of a reset gives back (see [`ImageDevice::punch`]).
+/// What one hole punch of a reset gives back (see [`punch`]).
 const PUNCH_STEP: u64 = 1 << 20;
+/// Most reset zones whose blocks stay allocated (warm) for the next writer of the zone;
+/// past this, the oldest is punched at once.
+const WARM_ZONES: usize = 16;
+/// How long a reset zone stays warm before the filler gives its space back.
+const WARM_FOR: Duration = Duration::from_secs(10);
 /// What preparing writes (never more than [`PREPARE_AHEAD`] at once); zero-initialised
 /// statics cost no memory until read.
 static ZEROS: [u8; PREPARE_AHEAD as usize] = [0; PREPARE_AHEAD as usize];
@@ -158,6 +169,11 @@ struct State {
     touched: Vec<ZoneId>,
     /// The range the filler is writing zeros to now: (zone, from, to) in zone bytes.
     filling: Option<(ZoneId, u64, u64)>,
+    /// Reset zones whose blocks are still allocated, oldest first, with when they were
+    /// reset (see [`ImageDevice::reset`]).
+    warm: Vec<(ZoneId, Instant)>,
+    /// Zones whose space is being given back now: their writes wait.
+    punching: Vec<ZoneId>,
 }
 
 impl State {
@@ -176,6 +192,8 @@ impl State {
             prepared: vec![0; zones],
             touched: Vec::new(),
             filling: None,
+            warm: Vec::new(),
+            punching: Vec::new(),
         }
     }
 
@@ -193,6 +211,16 @@ impl State {
             let ready = self.prepared[zone as usize].max(wp);
             info.state.is_active() && ready < capacity && ready - wp < PREPARE_LOW
         })
+    }
+
+    /// The warm zones reset [`WARM_FOR`] or longer before `now`, out of the warm list.
+    fn take_cold(&mut self, now: Instant) -> Vec<ZoneId> {
+        let n = self
+            .warm
+            .iter()
+            .take_while(|&&(_, at)| now.saturating_duration_since(at) >= WARM_FOR)
+            .count();
+        self.warm.drain(..n).map(|(zone, _)| zone).collect()
     }
 
     /// Keeps only the touched zones the filler has work in; whether any is left. Most
@@ -293,12 +321,24 @@ impl Drop for Filler {
 }
 
 fn fill_loop(core: Arc<Core>, rx: Receiver<()>, asked: Arc<AtomicU64>, done: Arc<AtomicU64>) {
-    while rx.recv().is_ok() {
-        while rx.try_recv().is_ok() {}
-        let round = asked.load(Ordering::Acquire);
-        // Only a speed-up: a failure (a full host disk) leaves later small writes slower.
-        let _ = prepare_ahead(&core);
-        done.store(round, Ordering::Release);
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(()) => {
+                while rx.try_recv().is_ok() {}
+                let round = asked.load(Ordering::Acquire);
+                // Only a speed-up: a failure (a full host disk) leaves later small writes
+                // slower.
+                let _ = prepare_ahead(&core);
+                done.store(round, Ordering::Release);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let cold = core.lock().take_cold(Instant::now());
+        for zone in cold {
+            // As for a reset: an error only means the space is not back.
+            let _ = punch_if_empty(&core, zone);
+        }
     }
 }
 
@@ -566,44 +606,64 @@ impl ImageDevice {
         Ok(())
     }
 
-    /// Resets `zone` in the table; returns its old write pointer.
+    /// Resets `zone` in the table; returns its old write pointer. The zone's blocks stay
+    /// allocated in the file (and so count as prepared) until a punch gives them back.
     fn reset_table(&self, zone: ZoneId) -> Result<u64, DeviceError> {
         let mut st = self.lock();
-        st.prepared[zone as usize] = 0;
-        st.table.reset(zone)
+        let old = st.table.reset(zone)?;
+        let prepared = &mut st.prepared[zone as usize];
+        *prepared = (*prepared).max(old);
+        Ok(old)
     }
+}
 
-    /// Gives a reset zone's space back to the host file system (space only, so a file
-    /// system without hole punching is fine), in steps: a hole punch holds the image's
-    /// inode locks, so every other read and write of the image waits for the step in
-    /// progress (a whole 12 MiB zone at once took 3–8 ms).
-    fn punch(&self, zone: ZoneId) -> Result<(), DeviceError> {
-        let fd = self.core.engine.file().as_raw_fd();
-        let start = self.core.layout.zone_start(zone);
-        let end = self.core.layout.zone_stride;
-        let mut at = 0;
-        while at < end {
-            let len = PUNCH_STEP.min(end - at);
-            // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
-            let rc = unsafe {
-                libc::fallocate(
-                    fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    (start + at) as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                let err = io::Error::last_os_error();
-                return match err.raw_os_error() {
-                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
-                    _ => Err(DeviceError::Io(err)),
-                };
-            }
-            at += len;
+/// Gives the space of `zone` back to the host file system if it is still empty (a zone
+/// written since its reset is in use, and its blocks with it). Its writes wait meanwhile.
+fn punch_if_empty(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
+    {
+        let mut st = core.lock();
+        if st.table.info(zone)?.write_pointer > 0 || st.punching.contains(&zone) {
+            return Ok(());
         }
-        Ok(())
+        st.punching.push(zone);
+        st.prepared[zone as usize] = 0;
     }
+    let punched = punch(core, zone);
+    core.lock().punching.retain(|&z| z != zone);
+    core.filled.notify_all();
+    punched
+}
+
+/// Gives a zone's space back to the host file system (space only, so a file system
+/// without hole punching is fine), in steps: a hole punch holds the image's inode locks,
+/// so every other read and write of the image waits for the step in progress (a whole
+/// 12 MiB zone at once took 3–8 ms).
+fn punch(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
+    let fd = core.engine.file().as_raw_fd();
+    let start = core.layout.zone_start(zone);
+    let end = core.layout.zone_stride;
+    let mut at = 0;
+    while at < end {
+        let len = PUNCH_STEP.min(end - at);
+        // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
+        let rc = unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (start + at) as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+                _ => Err(DeviceError::Io(err)),
+            };
+        }
+        at += len;
+    }
+    Ok(())
 }
 
 impl ZonedDevice for ImageDevice {
@@ -636,6 +696,7 @@ impl ZonedDevice for ImageDevice {
             let filling = |st: &State| {
                 st.filling
                     .is_some_and(|(z, from, to)| z == zone && offset < to && from < offset + len)
+                    || st.punching.contains(&zone)
             };
             while filling(&st) {
                 st = self.core.filled.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -659,6 +720,9 @@ impl ZonedDevice for ImageDevice {
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
         let len = data.len() as u64;
         let mut st = self.lock();
+        while st.punching.contains(&zone) {
+            st = self.core.filled.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
         let offset = st.table.check_append(zone, len)?;
         self.core
             .engine
@@ -720,14 +784,27 @@ impl ZonedDevice for ImageDevice {
         Ok(())
     }
 
+    /// The zone's blocks stay allocated for a while (warm): a zone the store writes again
+    /// soon needs no fill-ahead, whose block allocations the next sync would have to commit
+    /// to the host file system's journal (see the module comment). The filler gives a
+    /// zone's space back once it has stayed empty for [`WARM_FOR`]; past [`WARM_ZONES`] warm
+    /// zones, the oldest goes at once.
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
         let old_wp = self.reset_table(zone)?;
         if old_wp == 0 {
             return Ok(());
         }
-        // Without the table lock: nobody writes a zone before its reset returns.
+        let evicted = {
+            let mut st = self.lock();
+            st.warm.retain(|&(z, _)| z != zone);
+            st.warm.push((zone, Instant::now()));
+            (st.warm.len() > WARM_ZONES).then(|| st.warm.remove(0).0)
+        };
         // The zone is reset either way; an error here only means its space is not back.
-        self.punch(zone)
+        match evicted {
+            Some(cold) => punch_if_empty(&self.core, cold),
+            None => Ok(()),
+        }
     }
 
     /// No hole punch (3–8 ms for a whole zone): the journal writes its next checkpoint
@@ -769,7 +846,8 @@ impl ZonedDevice for ImageDevice {
 
 impl Drop for ImageDevice {
     /// A clean close leaves exact write pointers, so tools that read the table without the
-    /// store's recovery see the truth. Best effort: recovery does not depend on it.
+    /// store's recovery see the truth, and gives the space of warm zones back (the next
+    /// open does not know them). Best effort: recovery depends on neither.
     fn drop(&mut self) {
         #[cfg(test)]
         if *self.abandoned.lock().unwrap() {
@@ -779,6 +857,10 @@ impl Drop for ImageDevice {
         let before = self.lock().seq;
         if self.write_table(false).is_ok() && self.lock().seq != before {
             let _ = self.core.engine.sync_data();
+        }
+        let warm = std::mem::take(&mut self.lock().warm);
+        for (zone, _) in warm {
+            let _ = punch_if_empty(&self.core, zone);
         }
     }
 }
@@ -1416,14 +1498,70 @@ mod tests {
         d.sync().unwrap();
         d.wait_filled();
         assert_eq!(allocated(), steady);
-        // Reset forgets what was prepared, so the next sync prepares the zone again.
+        // A reset keeps the zone's blocks: writing it again needs no fill.
         d.reset(2).unwrap();
         d.write(2, 0, &block(8)).unwrap();
         d.sync().unwrap();
         d.wait_filled();
+        assert_eq!(allocated(), steady);
         d.read(2, 0, &mut buf).unwrap();
         assert_eq!(buf, block(8));
+        // Once the space of an empty zone is given back, the next sync prepares it again.
+        d.reset(2).unwrap();
+        punch_if_empty(&d.core, 2).unwrap();
+        assert!(allocated() < steady, "{} {steady}", allocated());
+        d.write(2, 0, &block(9)).unwrap();
+        d.sync().unwrap();
+        d.wait_filled();
+        d.read(2, 0, &mut buf).unwrap();
+        assert_eq!(buf, block(9));
         assert_eq!(d.core.lock().prepared[2], BS as u64 + PREPARE_AHEAD);
+        // A zone written since its reset is in use: its space stays.
+        let used = allocated();
+        d.reset(2).unwrap();
+        d.write(2, 0, &block(10)).unwrap();
+        punch_if_empty(&d.core, 2).unwrap();
+        assert_eq!(allocated(), used);
+        d.read(2, 0, &mut buf).unwrap();
+        assert_eq!(buf, block(10));
+    }
+
+    #[test]
+    fn reset_zones_stay_warm_up_to_a_bound() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let g = Geometry {
+            zone_count: WARM_ZONES as u32 + 4,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            ..geo()
+        };
+        let d = ImageDevice::create(&path, g, opts(IoMode::Sync)).unwrap();
+        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let full = vec![3u8; 1 << 20];
+        for zone in 0..g.zone_count {
+            d.write(zone, 0, &full).unwrap();
+        }
+        d.sync().unwrap();
+        let written = allocated();
+        for zone in 0..g.zone_count {
+            d.reset(zone).unwrap();
+        }
+        // The first four resets went cold when the bound was passed; the rest stay warm.
+        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
+        assert_eq!(warm, (4..g.zone_count).collect::<Vec<_>>());
+        let given_back = written - allocated();
+        assert!(
+            (4 << 20..=5 << 20).contains(&given_back),
+            "{given_back} bytes given back"
+        );
+        // They go cold once they have stayed empty long enough.
+        let mut st = d.core.lock();
+        let (first, last) = (st.warm[0].1, st.warm[warm.len() - 1].1);
+        assert!(st.take_cold(first + WARM_FOR / 2).is_empty());
+        assert_eq!(st.take_cold(last + WARM_FOR).len(), warm.len());
+        assert!(st.warm.is_empty());
     }
 
     #[test]
