@@ -28,8 +28,9 @@
 //!   to change it (read the prefix of a new window, the padding of a last block) first sets
 //!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
 //! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
-//!   thread (`writing`), and recorded in that order, so a file's extents are mapped in the
-//!   order its bytes were written. A sync writes its file's queued buffers itself rather
+//!   thread (`writing`; one thread may own a run of small ones from the front and write
+//!   them as one device write), and recorded in that order, so a file's extents are mapped
+//!   in the order its bytes were written. A sync writes its file's queued buffers itself rather
 //!   than wait for the background writer, unless their bytes were already synced inline
 //!   (then the sync does not wait for them at all).
 //! - **Zones**: blocks are reserved under `inner` by advancing the store's write pointer
