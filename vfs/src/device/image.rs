@@ -1556,6 +1556,26 @@ mod tests {
             (4 << 20..=5 << 20).contains(&given_back),
             "{given_back} bytes given back"
         );
+        // A clean close gives the rest back.
+        let before_close = allocated();
+        drop(d);
+        let given_back = before_close - allocated();
+        assert!(
+            given_back >= (g.zone_count as u64 - 4) << 20,
+            "{given_back} bytes given back at close"
+        );
+    }
+
+    #[test]
+    fn warm_zones_go_cold_with_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+        for zone in 0..3 {
+            d.write(zone, 0, &block(1)).unwrap();
+            d.reset(zone).unwrap();
+        }
+        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
         // They go cold once they have stayed empty long enough.
         let mut st = d.core.lock();
         let (first, last) = (st.warm[0].1, st.warm[warm.len() - 1].1);
