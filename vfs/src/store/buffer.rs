@@ -38,7 +38,8 @@ impl BufferPool {
     /// they are few and the copy budget allows; else `buf` unchanged. A page rewritten in
     /// place (a B-tree's commit, a checkpoint) is a window of one block: queued for the
     /// device in a whole pool buffer, a few dozen of them would hold every buffer and make
-    /// every other file wait. Copies count until [`BufferPool::release_copy`].
+    /// every other file wait.
+    /// Copies count until [`BufferPool::retire`].
     pub fn copy_out(&mut self, buf: Vec<u8>, len: usize) -> Result<Vec<u8>, Vec<u8>> {
         if len > SMALL_COPY || self.copied + len > self.copy_budget {
             return Err(buf);
@@ -49,9 +50,18 @@ impl BufferPool {
         Ok(own)
     }
 
-    /// A copy made by [`BufferPool::copy_out`] was written (or dropped).
-    pub fn release_copy(&mut self, len: usize) {
-        self.copied -= len;
+    /// A detached buffer is done with (written, or its file gone): a pool buffer goes back
+    /// (unless a writer still holds it), a copy leaves the copy count.
+    pub fn retire(&mut self, backing: Backing, buf: Arc<Vec<u8>>) {
+        match backing {
+            Backing::Pool => {
+                if let Ok(buf) = Arc::try_unwrap(buf) {
+                    self.give_back(buf);
+                }
+            }
+            Backing::Copy => self.copied -= buf.len(),
+            Backing::Own => {}
+        }
     }
 
     pub fn take(&mut self) -> Option<Vec<u8>> {
@@ -137,10 +147,8 @@ pub struct Detached {
     pub size: u64,
     /// Journal exactly this size with the extents (a shrink by `ftruncate`).
     pub set_size: Option<u64>,
-    /// The buffer belongs to the pool (else it is dropped once written).
-    pub pooled: bool,
-    /// The buffer is a small window's copy that the pool counts (its length is the count).
-    pub copied: bool,
+    /// Whose memory the buffer is.
+    pub backing: Backing,
     /// Being written by some thread (false: waiting, or failed and kept for a retry).
     pub writing: bool,
     /// Why the last write of this buffer failed.
@@ -151,6 +159,17 @@ pub struct Detached {
     pub gen: u64,
     /// Holds bytes no sync made durable yet (not inlined): a sync must write it first.
     pub unsynced: bool,
+}
+
+/// Whose memory a detached buffer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A pool buffer: it goes back to the pool once written.
+    Pool,
+    /// A small window's copy ([`BufferPool::copy_out`]): the pool counts its length.
+    Copy,
+    /// Memory of its own, dropped once written.
+    Own,
 }
 
 impl Detached {

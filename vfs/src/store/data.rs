@@ -24,7 +24,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
 use super::alloc::Reserved;
-use super::buffer::{Detached, Window};
+use super::buffer::{Backing, Detached, Window};
 use super::events::Event;
 use super::extent_map::Extent;
 use super::state::{Ino, MetaOp};
@@ -169,10 +169,8 @@ impl Store {
         let mut gap = vec![0u8; (pos - from) as usize];
         let known = size.clamp(from, pos) - from;
         if known > 0 {
-            self.set_busy(&mut inner, ino, true);
-            let read = self.read_range(inner, ino, &mut gap[..known as usize], from);
-            inner = self.lock()?;
-            self.set_busy(&mut inner, ino, false);
+            let read;
+            (inner, read) = self.read_busy(inner, ino, &mut gap[..known as usize], from)?;
             read?;
         }
         let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
@@ -193,6 +191,22 @@ impl Store {
             inner = self.wait(inner)?;
         }
         Ok(inner)
+    }
+
+    /// Reads `buf` at `offset` of `ino` with the file busy and the lock released (see the
+    /// module docs), then takes the lock again: returns it, and how the read went.
+    fn read_busy<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        ino: Ino,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<(MutexGuard<'a, Inner>, Result<()>)> {
+        self.set_busy(&mut inner, ino, true);
+        let read = self.read_range(inner, ino, buf, offset);
+        let mut inner = self.lock()?;
+        self.set_busy(&mut inner, ino, false);
+        Ok((inner, read))
     }
 
     /// Sets or clears a file's busy flag.
@@ -218,11 +232,9 @@ impl Store {
         let mut window = Window::new(buf, start, (pos - start) as usize, gen);
         window.buf[..window.len].fill(0);
         if prefix > 0 {
-            self.set_busy(&mut inner, ino, true);
             let mut bytes = vec![0u8; prefix];
-            let read = self.read_range(inner, ino, &mut bytes, start);
-            inner = self.lock()?;
-            self.set_busy(&mut inner, ino, false);
+            let read;
+            (inner, read) = self.read_busy(inner, ino, &mut bytes, start)?;
             if let Err(e) = read {
                 inner.pool.give_back(window.buf);
                 return Err(e);
@@ -273,10 +285,8 @@ impl Store {
                         None => Vec::new(),
                         Some((at, len)) => {
                             let mut tail = vec![0u8; len];
-                            self.set_busy(&mut inner, victim, true);
-                            let read = self.read_range(inner, victim, &mut tail, at);
-                            inner = self.lock()?;
-                            self.set_busy(&mut inner, victim, false);
+                            let read;
+                            (inner, read) = self.read_busy(inner, victim, &mut tail, at)?;
                             read?;
                             tail
                         }
@@ -328,10 +338,8 @@ impl Store {
         let mut tail = Vec::new();
         if let Some((at, len)) = inner.tail_to_read(ino)? {
             tail = vec![0u8; len];
-            self.set_busy(&mut inner, ino, true);
-            let read = self.read_range(inner, ino, &mut tail, at);
-            inner = self.lock()?;
-            self.set_busy(&mut inner, ino, false);
+            let read;
+            (inner, read) = self.read_busy(inner, ino, &mut tail, at)?;
             read?;
         }
         inner.detach(ino, tail)?;
@@ -571,14 +579,7 @@ impl Store {
         let done = of.inflight.pop_front().expect("the front is ours");
         let unreported = std::mem::take(&mut of.unreported);
         inner.counters.streams.entry(key).or_default().device += total;
-        if done.copied {
-            inner.pool.release_copy(done.buf.len());
-        }
-        if let Ok(buf) = Arc::try_unwrap(done.buf) {
-            if done.pooled {
-                inner.pool.give_back(buf);
-            }
-        }
+        inner.pool.retire(done.backing, done.buf);
         if unreported > 0 {
             let tenant = key.tenant;
             let path = inner.state.any_path(ino);
@@ -824,8 +825,7 @@ impl Store {
             len: bs as usize,
             size,
             set_size: Some(size),
-            pooled: false,
-            copied: false,
+            backing: Backing::Own,
             writing: false,
             error: None,
             no_space: false,
@@ -939,7 +939,9 @@ fn small_batch(queue: &mut std::collections::VecDeque<Detached>) -> Vec<SmallQue
     let run = queue
         .iter()
         .take(MAX_SMALL_BATCH)
-        .take_while(|d| d.copied && !d.writing && d.error.is_none() && d.set_size.is_none())
+        .take_while(|d| {
+            d.backing == Backing::Copy && !d.writing && d.error.is_none() && d.set_size.is_none()
+        })
         .count();
     if run < 2 {
         return Vec::new();
@@ -1018,9 +1020,9 @@ impl Inner {
         let padded = (end.div_ceil(bs) * bs - w.start) as usize;
         w.buf[w.len..w.len + tail.len()].copy_from_slice(&tail);
         w.buf[w.len + tail.len()..padded].fill(0);
-        let (bytes, copied) = match self.pool.copy_out(w.buf, padded) {
-            Ok(own) => (own, true),
-            Err(pooled) => (pooled, false),
+        let (bytes, backing) = match self.pool.copy_out(w.buf, padded) {
+            Ok(own) => (own, Backing::Copy),
+            Err(pooled) => (pooled, Backing::Pool),
         };
         let keep_from = end / bs * bs;
         let keep = (end - keep_from) as usize;
@@ -1043,8 +1045,7 @@ impl Inner {
             len: w.len,
             size,
             set_size: None,
-            pooled: !copied,
-            copied,
+            backing,
             writing: false,
             error: None,
             no_space: false,
@@ -1067,12 +1068,16 @@ impl Inner {
             return;
         };
         let mut freed = Vec::new();
-        for d in of.inflight.iter_mut().filter(|d| d.pooled && !d.writing) {
+        for d in of
+            .inflight
+            .iter_mut()
+            .filter(|d| d.backing == Backing::Pool && !d.writing)
+        {
             let own = Arc::new(d.buf[..d.len.div_ceil(bs) * bs].to_vec());
             let pooled = std::mem::replace(&mut d.buf, own);
             match Arc::try_unwrap(pooled) {
                 Ok(buf) => {
-                    d.pooled = false;
+                    d.backing = Backing::Own;
                     freed.push(buf);
                 }
                 // Someone still reads it: it stays pooled, and goes back when written.

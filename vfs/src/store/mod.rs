@@ -1304,12 +1304,7 @@ impl Inner {
             self.pool.give_back(w.buf);
         }
         for d in of.inflight {
-            if d.copied {
-                self.pool.release_copy(d.buf.len());
-            }
-            if let (true, Ok(buf)) = (d.pooled, Arc::try_unwrap(d.buf)) {
-                self.pool.give_back(buf);
-            }
+            self.pool.retire(d.backing, d.buf);
         }
         let path = self.state.any_path(ino);
         self.events.push(Event::Closed {
