@@ -257,10 +257,14 @@ pub enum Kind {
     NativeThreads,
     /// `WRITERS` threads of this process on one store, no guest.
     StoreThreads,
+    /// The ideal group commit of `WRITERS` native threads, waiting asleep.
+    IdealSleeping,
+    /// The same, the waiting threads yielding their cores in a loop.
+    IdealYielding,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::ValetOne,
         Kind::StockOne,
         Kind::ValetTenants,
@@ -268,6 +272,8 @@ impl Kind {
         Kind::StoreThreads,
         Kind::StockProcesses,
         Kind::NativeThreads,
+        Kind::IdealSleeping,
+        Kind::IdealYielding,
     ];
 
     pub fn label(self) -> String {
@@ -281,6 +287,12 @@ impl Kind {
             Kind::StockProcesses => format!("stock wasmtime 48, {WRITERS} processes at once"),
             Kind::NativeThreads => format!("native, {WRITERS} threads (fdatasync)"),
             Kind::StoreThreads => format!("the store alone (no guest), {WRITERS} threads"),
+            Kind::IdealSleeping => {
+                format!("ideal group commit, {WRITERS} native threads, sleeping waits")
+            }
+            Kind::IdealYielding => {
+                format!("ideal group commit, {WRITERS} native threads, yielding waits")
+            }
         }
     }
 }
@@ -531,6 +543,112 @@ fn store_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
     group
 }
 
+/// How the writers of the ideal group commit wait for the flush that covers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// On a condition variable: the flushing thread wakes them.
+    Sleep,
+    /// Yielding their cores in a loop until the flush ends.
+    Yield,
+}
+
+/// One round of the ideal group commit: the records of the writers that arrived, in one
+/// page, and the number of the flush that will carry them.
+struct IdealRound {
+    flush: u64,
+    arrived: usize,
+    /// Writers still writing (a writer whose time is up leaves).
+    active: usize,
+    page: Vec<u8>,
+    failed: Option<String>,
+}
+
+/// The ideal group commit on this disk: `n` threads of this process, each copying a 430 B
+/// record into one shared page; the last to arrive writes the page over an already
+/// written block of a file in `work`, `fdatasync`s it and wakes the others. No store, no
+/// journal, no allocation, no waiting for stragglers: every flush carries every writer,
+/// which is the most any group commit can do for writers that each sync after each
+/// record. What it loses against `n` syncs per one-flush limit is the time between one
+/// flush's end and the next one's start: waking the writers and their next records.
+fn ideal_group(work: &Path, secs: f64, n: usize, waiting: Waiting) -> Result<Group, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex, MutexGuard};
+
+    let dir = tempfile::Builder::new()
+        .prefix("ideal-sync-")
+        .tempdir_in(work)
+        .map_err(|e| e.to_string())?;
+    let file = File::create(dir.path().join("ideal.dat")).map_err(|e| e.to_string())?;
+    for b in 0..LIMIT_BLOCKS {
+        file.write_all_at(&[0x5a; BLOCK], b * BLOCK as u64)
+            .map_err(|e| e.to_string())?;
+    }
+    file.sync_all().map_err(|e| e.to_string())?;
+    let round = Mutex::new(IdealRound {
+        flush: 0,
+        arrived: 0,
+        active: n,
+        page: vec![0; BLOCK],
+        failed: None,
+    });
+    let (flushed, ended) = (Condvar::new(), AtomicU64::new(0));
+    // The caller is the last active writer to arrive: flush the page for everyone.
+    let commit = |mut st: MutexGuard<'_, IdealRound>| {
+        let at = (st.flush % LIMIT_BLOCKS) * BLOCK as u64;
+        let page = std::mem::take(&mut st.page);
+        drop(st); // the others all wait: nothing changes the round meanwhile
+        let done = file.write_all_at(&page, at).and_then(|()| file.sync_data());
+        let mut st = round.lock().unwrap_or_else(|p| p.into_inner());
+        st.page = page;
+        st.failed = st.failed.take().or(done.err().map(|e| e.to_string()));
+        st.arrived = 0;
+        st.flush += 1;
+        ended.store(st.flush, Ordering::Release);
+        flushed.notify_all();
+    };
+    let lock = || round.lock().unwrap_or_else(|p| p.into_inner());
+    thread_group(n, secs, |_, until| {
+        let record = [0xa5u8; RECORD];
+        let mut nanos = Vec::new();
+        let start = Instant::now();
+        while Instant::now() < until {
+            let t = Instant::now();
+            let mut st = lock();
+            let at = (st.arrived * RECORD) % (BLOCK - RECORD);
+            st.page[at..at + RECORD].copy_from_slice(&record);
+            st.arrived += 1;
+            let mine = st.flush;
+            let failed = if st.arrived == st.active {
+                commit(st);
+                lock().failed.clone()
+            } else if waiting == Waiting::Yield {
+                drop(st);
+                while ended.load(Ordering::Acquire) == mine {
+                    std::thread::yield_now();
+                }
+                lock().failed.clone()
+            } else {
+                while st.flush == mine {
+                    st = flushed.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+                st.failed.clone()
+            };
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            nanos.push(t.elapsed().as_nanos() as u64);
+        }
+        let elapsed = start.elapsed();
+        // Leave; the others, if all waiting now, would wait for us forever: flush for them.
+        let mut st = lock();
+        st.active -= 1;
+        if st.arrived > 0 && st.arrived == st.active {
+            commit(st);
+        }
+        Ok(Probe::from_nanos(nanos, elapsed))
+    })
+}
+
 /// `n` threads of this process, each running `writer(t, until)` from one instant until
 /// `secs` later; the probes they return as one group.
 fn thread_group(
@@ -601,7 +719,9 @@ fn group(runner: &Runner, scale: Scale, kind: Kind) -> Result<Group, String> {
     let zones = scale.zones();
     let wasm = match kind {
         Kind::ValetThreads => valet_guests::wasm(THREADS_GUEST),
-        Kind::NativeThreads | Kind::StoreThreads => Some(""),
+        Kind::NativeThreads | Kind::StoreThreads | Kind::IdealSleeping | Kind::IdealYielding => {
+            Some("")
+        }
         _ => valet_guests::wasm(GUEST),
     };
     let Some(wasm) = wasm else {
@@ -626,6 +746,8 @@ fn group(runner: &Runner, scale: Scale, kind: Kind) -> Result<Group, String> {
         Kind::StockProcesses => stock_processes(runner, wasm, secs, WRITERS),
         Kind::NativeThreads => native_threads(&runner.work, secs, WRITERS),
         Kind::StoreThreads => store_threads(&runner.work, secs, WRITERS),
+        Kind::IdealSleeping => ideal_group(&runner.work, secs, WRITERS, Waiting::Sleep),
+        Kind::IdealYielding => ideal_group(&runner.work, secs, WRITERS, Waiting::Yield),
     }
 }
 
@@ -688,6 +810,18 @@ sync_append broken: records x
         assert_eq!(p.p50, 500.0);
         assert_eq!(p.p99, 990.0);
         assert_eq!(p.p9999, 1000.0);
+    }
+
+    #[test]
+    fn ideal_group_commit_ends_with_every_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        for waiting in [Waiting::Sleep, Waiting::Yield] {
+            let g = ideal_group(dir.path(), 0.2, 3, waiting).unwrap();
+            assert_eq!(g.writers.len(), 3);
+            // Every flush carries every writer while all three write.
+            assert!(g.writers.iter().all(|w| w.records > 0), "{waiting:?}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

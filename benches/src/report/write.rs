@@ -453,8 +453,11 @@ fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
          wasmtime 48 has no wasi-threads, so the threaded guest is held against the same {w} \
          writers as stock processes. The store alone runs the same appends from threads of \
          the report itself on a store of its own (no guest, no WASI): what group commit \
-         gives before any guest's cost. The native threads use `fdatasync`; latencies in µs \
-         (P50: median of the writers'; P99, P99.99: the worst writer's).",
+         gives before any guest's cost. The ideal group commit is the least work any group \
+         commit does: {w} native threads each copy a record into one shared page, and the \
+         last to arrive writes the page over a written block and `fdatasync`s it, then wakes \
+         the others. The native threads use `fdatasync`; latencies in µs (P50: median of the \
+         writers'; P99, P99.99: the worst writer's).",
         w = synced::WRITERS,
         rec = synced::RECORD,
         g = synced::GUEST,
@@ -496,22 +499,46 @@ fn synced(rows: &[Row], s: &synced::Synced, scale: Scale, doc: &mut Doc) {
     let agg = |k| s.group(k).map(synced::Group::aggregate);
     let stock = agg(Kind::StockProcesses);
     let native = agg(Kind::NativeThreads);
+    let ideal = agg(Kind::IdealSleeping);
     let lines: Vec<String> = [Kind::ValetTenants, Kind::ValetThreads, Kind::StoreThreads]
         .into_iter()
         .map(|k| {
             let v = agg(k).zip(stock).map(|(v, s)| v / s);
             format!(
-                "{}: {} stock's {} processes' aggregate ({} native threads'); target ≥ \
-                 {GROUPED}×: {}.",
+                "{}: {} stock's {} processes' aggregate ({} native threads', {} the ideal \
+                 group commit's with sleeping waits); target ≥ {GROUPED}×: {}.",
                 k.label(),
                 ratio(v),
                 synced::WRITERS,
                 ratio(agg(k).zip(native).map(|(v, n)| v / n)),
+                ratio(agg(k).zip(ideal).map(|(v, i)| v / i)),
                 verdict(v.map(|v| v >= GROUPED))
             )
         })
         .collect();
     doc.list(&lines);
+    let bound = s
+        .limit_again
+        .as_ref()
+        .ok()
+        .map(|p| p.ops_per_sec * synced::WRITERS as f64);
+    let vs_stock = |v: Option<f64>| ratio(v.zip(stock).map(|(v, s)| v / s));
+    doc.paragraph(&format!(
+        "What a group commit can reach on this disk, in the same run: the ideal group \
+         commit (every flush carries all {w} writers and nothing else is done) reached {} \
+         syncs/s with sleeping waits ({} stock's {w} processes) and {} with yielding waits \
+         ({}; yielding hands a core to whichever thread is runnable for a whole slice, so \
+         its rounds swing widely); {w} syncs per one-flush limit (the limit's rate before the \
+         grouped syncs, times {w}), with no time at all between one flush and the next, \
+         would be {} ({}).",
+        num(agg(Kind::IdealSleeping)),
+        vs_stock(agg(Kind::IdealSleeping)),
+        num(agg(Kind::IdealYielding)),
+        vs_stock(agg(Kind::IdealYielding)),
+        num(bound),
+        vs_stock(bound),
+        w = synced::WRITERS,
+    ));
 }
 
 fn device(r: &Results, doc: &mut Doc) {
