@@ -1,7 +1,8 @@
 //! The multi-tenant run: the LSM guest and the cache guest at once on one device
-//! (`valet-run --tenants`), against each of them alone on the same kind of device; and the
-//! same pair as two stock wasmtime processes on host directories, at once against alone,
-//! which shows what sharing the machine's cores costs without any shared store.
+//! (`valet-run --tenants`), against each of them alone on the same kind of device; the same
+//! pair as two `valet-run` processes at once, each on a device of its own, which shows what
+//! sharing the machine's cores costs Valet without any shared store; and the pair as two
+//! stock wasmtime processes on host directories, at once against alone.
 
 use std::path::Path;
 
@@ -15,6 +16,9 @@ pub struct TenantResult {
     pub guest: &'static str,
     pub alone: Vec<Measurement>,
     pub together: Vec<Measurement>,
+    /// Its own `valet-run` process and device, while the other tenant runs in another
+    /// (empty when that run failed).
+    pub apart: Vec<Measurement>,
     /// The same guest under stock wasmtime, alone and beside the other stock process (empty
     /// when a stock run failed).
     pub stock_alone: Vec<Measurement>,
@@ -61,6 +65,7 @@ pub fn run(
             guest: w.guest,
             alone,
             together: Vec::new(),
+            apart: Vec::new(),
             stock_alone: stock(runner, w),
             stock_together: Vec::new(),
         });
@@ -78,6 +83,29 @@ pub fn run(
         {
             r.together.push(m);
         }
+    }
+    let apart: Vec<Vec<Measurement>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = tenants
+            .iter()
+            .map(|(name, w)| {
+                let file = runner.work.join(format!("apart-{name}.toml"));
+                let text = tenant_toml(name, w);
+                scope.spawn(move || run_toml(runner, &file, &text, zones))
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| match r.join() {
+                Ok(Ok(out)) => parse::parse(&out),
+                Ok(Err(e)) => {
+                    eprintln!("report: a tenant in its own valet-run: {e}");
+                    Vec::new()
+                }
+                Err(_) => Vec::new(),
+            })
+            .collect()
+    });
+    for (r, m) in results.iter_mut().zip(apart) {
+        r.apart = m;
     }
     let together: Vec<Vec<Measurement>> = std::thread::scope(|scope| {
         let runs: Vec<_> = tenants
