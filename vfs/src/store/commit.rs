@@ -24,10 +24,11 @@
 //! until it syncs again, so a thread that stopped syncing costs one wait, and a lone
 //! syncer never waits. The wait costs a flush's latency at most half a flush, and it lets
 //! every flush carry every syncer. The last expected syncer to arrive leads the commit in
-//! the waiting leader's place (the leader then waits for it like any other syncer), so no
-//! thread has to be woken before the journal write starts; the ones before it do not wake
-//! the leader either (it could do nothing but sleep again, and on a machine with more busy
-//! threads than cores each such wake-up costs a syncer its core).
+//! the waiting leader's place without waking it (the leader sleeps on until that commit
+//! ends, like any other syncer), so no thread is woken between the last record and the
+//! journal write; the ones before it do not wake the leader either (it could do nothing
+//! but sleep again, and on a machine with more busy threads than cores each such wake-up
+//! costs a syncer its core).
 //!
 //! A sync returns only after a flush that began after its data and its journal record were
 //! written completed: the leader takes the operations after the syncer recorded them, and
@@ -57,9 +58,8 @@ pub(super) enum Asker {
 /// The leader role, the durable point, and the journal the leader writes.
 pub(super) struct GroupCommit {
     state: Mutex<CommitState>,
+    /// Signalled when a commit ends; a leader waiting for expected syncers waits on it too.
     done: Condvar,
-    /// Signalled when a syncer arrives while a leader waits for expected ones.
-    arrived: Condvar,
     /// Taken only by the leader (and by mount, before anyone else runs).
     journal: Mutex<Journal>,
 }
@@ -155,7 +155,6 @@ impl GroupCommit {
         GroupCommit {
             state: Mutex::new(CommitState::default()),
             done: Condvar::new(),
-            arrived: Condvar::new(),
             journal: Mutex::new(journal),
         }
     }
@@ -212,9 +211,9 @@ impl GroupCommit {
             }
             if counted && st.batching.is_some() && st.expected() == 0 {
                 // The leader waits only for syncers that are all here now: lead in its
-                // place rather than wake it (one context switch less per commit).
+                // place rather than wake it. It sleeps on until this commit ends, as the
+                // others do, so no wake-up stands between the last record and the flush.
                 st.batching = None;
-                self.arrived.notify_all();
                 st = self.lead_one(st, target, &mut lead);
                 continue;
             }
@@ -288,10 +287,13 @@ impl GroupCommit {
                 st.batching = None;
                 break false;
             }
-            st = match self.arrived.wait_timeout(st, deadline - now) {
+            // A commit's end wakes us (`done`): the one of a syncer that took over.
+            st.sleepers += 1;
+            st = match self.done.wait_timeout(st, deadline - now) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
+            st.sleepers -= 1;
         };
         if !handed_over {
             st.forget_absent();
