@@ -27,6 +27,8 @@ struct Faulty {
     inner: MemoryDevice,
     sync_delay_ms: AtomicU64,
     reset_delay_ms: AtomicU64,
+    /// Delay of every write to a data zone.
+    write_delay_ms: AtomicU64,
     fail_writes: AtomicBool,
     syncs: AtomicU64,
 }
@@ -37,6 +39,7 @@ impl Faulty {
             inner: MemoryDevice::new(geometry()).unwrap(),
             sync_delay_ms: AtomicU64::new(0),
             reset_delay_ms: AtomicU64::new(0),
+            write_delay_ms: AtomicU64::new(0),
             fail_writes: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         })
@@ -61,6 +64,10 @@ impl ZonedDevice for Faulty {
         // Metadata zones (0 and 1) stay writable: the fault is in the data path.
         if zone > 1 && self.fail_writes.load(Ordering::SeqCst) {
             return Err(Self::broken());
+        }
+        let delay = self.write_delay_ms.load(Ordering::SeqCst);
+        if zone > 1 && delay > 0 {
+            thread::sleep(Duration::from_millis(delay));
         }
         self.inner.write(zone, offset, data)
     }
@@ -455,4 +462,62 @@ fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
 
 fn libc_eio() -> i32 {
     5
+}
+
+/// A tenant writing faster than the device takes keeps its backlog within its share of the
+/// write buffers: another tenant's writes still find buffers at once instead of waiting
+/// behind that backlog.
+#[test]
+fn a_tenants_backlog_leaves_the_other_tenants_their_write_buffers() {
+    const DELAY_MS: u64 = 50;
+    let dev = Faulty::new();
+    let store = mount(&dev); // 16 buffers of 64 KiB
+    let (_, heavy_root) = store.tenant("heavy").unwrap();
+    let (_, light_root) = store.tenant("light").unwrap();
+    let light = store
+        .open_file(light_root, "light.log", OpenOptions::create())
+        .unwrap();
+    light.write_at(&[1u8; 100], 0).unwrap();
+    dev.write_delay_ms.store(DELAY_MS, Ordering::SeqCst);
+    let heavy = store
+        .open_file(heavy_root, "heavy.dat", OpenOptions::create())
+        .unwrap();
+    let chunk = vec![2u8; 64 * 1024];
+    let writer = thread::spawn(move || {
+        // 40 buffers' worth: far more than the pool, each taking 50 ms to write.
+        for i in 0..40u64 {
+            heavy.write_at(&chunk, i * chunk.len() as u64).unwrap();
+        }
+        heavy
+    });
+    // The heavy tenant's backlog is queued (or the pool is empty without shares).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats().background_flushes < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "the heavy tenant never queued writes"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    thread::sleep(Duration::from_millis(20));
+    // Three buffers' worth for the light tenant: without shares each would wait for one of
+    // the heavy tenant's 50 ms writes to end.
+    let t = Instant::now();
+    light.write_at(&vec![3u8; 3 * 64 * 1024], 100).unwrap();
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_millis(DELAY_MS / 2),
+        "the light tenant waited {took:?} behind the heavy one's backlog"
+    );
+    let heavy = writer.join().unwrap();
+    dev.write_delay_ms.store(0, Ordering::SeqCst);
+    heavy.sync_all().unwrap();
+    light.sync_all().unwrap();
+    let mut back = vec![0u8; 40 * 64 * 1024];
+    heavy.read_at(&mut back, 0).unwrap();
+    assert!(back.iter().all(|&b| b == 2));
+    let mut back = vec![0u8; 100 + 3 * 64 * 1024];
+    light.read_at(&mut back, 0).unwrap();
+    assert!(back[..100].iter().all(|&b| b == 1) && back[100..].iter().all(|&b| b == 3));
+    assert!(store.fsck().unwrap().is_clean());
 }

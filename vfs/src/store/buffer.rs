@@ -5,7 +5,10 @@
 //! hands it to whoever writes it to the device (the guest's own thread for a sync, the
 //! background writer for a full buffer); the buffer comes back to the pool when its write
 //! is recorded. The pool never grows: when every buffer is in flight, a writer waits for
-//! one to come back (back-pressure, counted in the stats).
+//! one to come back (back-pressure, counted in the stats). While several tenants hold
+//! buffers, each may hold an equal share of them: a tenant past its share, with some of its
+//! own on their way back from the device, waits for those, so a tenant writing faster than
+//! the device takes cannot leave the other tenants no buffer.
 
 use std::sync::Arc;
 
@@ -17,6 +20,8 @@ const SMALL_COPY: usize = 64 * 1024;
 /// in-flight flushes.
 pub struct BufferPool {
     free: Vec<Vec<u8>>,
+    /// Buffers in all, free or not.
+    count: usize,
     size: usize,
     /// Bytes of small detached windows copied out of the pool and not yet written.
     copied: usize,
@@ -28,6 +33,7 @@ impl BufferPool {
     pub fn new(count: usize, size: usize) -> Self {
         BufferPool {
             free: (0..count).map(|_| vec![0u8; size]).collect(),
+            count,
             size,
             copied: 0,
             copy_budget: count * size / 4,
@@ -75,6 +81,13 @@ impl BufferPool {
 
     pub fn buffer_size(&self) -> usize {
         self.size
+    }
+
+    /// Most buffers one of `tenants` tenants that hold buffers may hold while the others
+    /// do (an equal share, at least one): a tenant writing faster than the device takes
+    /// cannot leave the others none.
+    pub fn share(&self, tenants: usize) -> usize {
+        (self.count / tenants.max(1)).max(1)
     }
 }
 

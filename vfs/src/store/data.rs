@@ -27,7 +27,7 @@ use super::alloc::Reserved;
 use super::buffer::{Backing, Detached, Window};
 use super::events::Event;
 use super::extent_map::Extent;
-use super::state::{Ino, MetaOp};
+use super::state::{Ino, MetaOp, TenantId};
 use super::zone_map::StreamKey;
 use super::{now_ns, Inner, Store};
 use crate::hint::Class;
@@ -260,6 +260,13 @@ impl Store {
     ) -> Result<(MutexGuard<'a, Inner>, Vec<u8>)> {
         let mut waited: Option<Instant> = None;
         loop {
+            if inner.past_pool_share(ino) {
+                // Its own buffers come back as the device takes them; the other tenants'
+                // writes meanwhile find the rest of the pool.
+                waited.get_or_insert_with(Instant::now);
+                inner = self.wait(inner)?;
+                continue;
+            }
             if let Some(buf) = inner.pool.take() {
                 if let Some(since) = waited {
                     inner.counters.buffer_waits += 1;
@@ -1004,6 +1011,38 @@ impl Inner {
 
     fn any_busy(&self) -> bool {
         self.open.values().any(|o| o.busy)
+    }
+
+    /// Whether `ino`'s tenant holds its share of the write buffers or more while other
+    /// tenants hold some too, with some of its own on their way back from the device (so
+    /// waiting for them cannot wait forever). Pool buffers are held by windows and by
+    /// queued writes.
+    fn past_pool_share(&self, ino: Ino) -> bool {
+        let tenant_of = |i: &Ino| self.state.inodes.get(i).map(|n| n.tenant);
+        let Some(tenant) = tenant_of(&ino) else {
+            return false;
+        };
+        let mut holders: Vec<TenantId> = vec![tenant];
+        let (mut held, mut coming) = (0, false);
+        for (i, o) in &self.open {
+            let queued = o.inflight.iter().filter(|d| d.backing == Backing::Pool);
+            let holds = usize::from(o.window.is_some()) + queued.count();
+            if holds == 0 {
+                continue;
+            }
+            let Some(t) = tenant_of(i) else { continue };
+            if t == tenant {
+                held += holds;
+                // A file's queue is written in order: behind a failed front nothing moves.
+                coming |= o
+                    .inflight
+                    .front()
+                    .is_some_and(|d| d.writing || d.error.is_none());
+            } else if !holders.contains(&t) {
+                holders.push(t);
+            }
+        }
+        coming && holders.len() > 1 && held >= self.pool.share(holders.len())
     }
 
     /// Detaches `ino`'s dirty window for flushing, its last block padded with `tail` (the
