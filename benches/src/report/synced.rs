@@ -97,13 +97,8 @@ fn timed(n: usize, mut op: impl FnMut(usize) -> std::io::Result<()>) -> Result<P
 /// write and one device flush).
 pub fn overwrite_limit(dir: &Path, n: usize) -> Result<Probe, String> {
     let path = dir.join("one-flush-limit.dat");
-    let f = File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let f = written_blocks(&path)?;
     let block = vec![0x5au8; BLOCK];
-    for b in 0..LIMIT_BLOCKS {
-        f.write_all_at(&block, b * BLOCK as u64)
-            .map_err(|e| e.to_string())?;
-    }
-    f.sync_all().map_err(|e| e.to_string())?;
     let probe = timed(n, |i| {
         let at = (i as u64 % LIMIT_BLOCKS) * BLOCK as u64;
         f.write_all_at(&block, at)?;
@@ -112,6 +107,18 @@ pub fn overwrite_limit(dir: &Path, n: usize) -> Result<Probe, String> {
     drop(f);
     let _ = std::fs::remove_file(&path);
     probe
+}
+
+/// A new file at `path` of `LIMIT_BLOCKS` blocks, written and synced: overwriting one of
+/// them then costs one data write and one flush.
+fn written_blocks(path: &Path) -> Result<File, String> {
+    let f = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for b in 0..LIMIT_BLOCKS {
+        f.write_all_at(&[0x5a; BLOCK], b * BLOCK as u64)
+            .map_err(|e| e.to_string())?;
+    }
+    f.sync_all().map_err(|e| e.to_string())?;
+    Ok(f)
 }
 
 /// Appends `record`-byte records to a new file `name` in `dir`, `fdatasync` after each:
@@ -545,7 +552,7 @@ fn store_threads(work: &Path, secs: f64, n: usize) -> Result<Group, String> {
 
 /// How the writers of the ideal group commit wait for the flush that covers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Waiting {
+enum Waiting {
     /// On a condition variable: the flushing thread wakes them.
     Sleep,
     /// Yielding their cores in a loop until the flush ends.
@@ -578,12 +585,7 @@ fn ideal_group(work: &Path, secs: f64, n: usize, waiting: Waiting) -> Result<Gro
         .prefix("ideal-sync-")
         .tempdir_in(work)
         .map_err(|e| e.to_string())?;
-    let file = File::create(dir.path().join("ideal.dat")).map_err(|e| e.to_string())?;
-    for b in 0..LIMIT_BLOCKS {
-        file.write_all_at(&[0x5a; BLOCK], b * BLOCK as u64)
-            .map_err(|e| e.to_string())?;
-    }
-    file.sync_all().map_err(|e| e.to_string())?;
+    let file = written_blocks(&dir.path().join("ideal.dat"))?;
     let round = Mutex::new(IdealRound {
         flush: 0,
         arrived: 0,

@@ -1022,7 +1022,8 @@ impl Inner {
         let Some(tenant) = tenant_of(&ino) else {
             return false;
         };
-        let mut holders: Vec<TenantId> = vec![tenant];
+        // Other tenants holding buffers (allocates only when there are some).
+        let mut others: Vec<TenantId> = Vec::new();
         let (mut held, mut coming) = (0, false);
         for (i, o) in &self.open {
             let queued = o.inflight.iter().filter(|d| d.backing == Backing::Pool);
@@ -1038,11 +1039,11 @@ impl Inner {
                     .inflight
                     .front()
                     .is_some_and(|d| d.writing || d.error.is_none());
-            } else if !holders.contains(&t) {
-                holders.push(t);
+            } else if !others.contains(&t) {
+                others.push(t);
             }
         }
-        coming && holders.len() > 1 && held >= self.pool.share(holders.len())
+        coming && !others.is_empty() && held >= self.pool.share(others.len() + 1)
     }
 
     /// Detaches `ino`'s dirty window for flushing, its last block padded with `tail` (the
