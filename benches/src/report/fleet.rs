@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::runners::Runner;
 use super::workloads::Scale;
+use super::{median, percentile};
 
 /// The containerd test bed of the shim's tests (containerd of our own, the agent, OCI
 /// image tars), one copy for both.
@@ -231,21 +232,6 @@ fn now_ns() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos()
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
 }
 
 /// One LevelDB benchmark's ops/s per round under each setup.

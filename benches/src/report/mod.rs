@@ -2,7 +2,7 @@
 //! each configuration ([`runners`]), sweeps WAF against utilization and over-provisioning
 //! ([`sweeps`]), runs two guests as tenants of one device ([`tenants`]), measures synced
 //! small writes against the disk's one-flush limit and several synced writers at once
-//! ([`synced`]), and writes
+//! ([`synced`]), repeats the unsynced tail targets in rounds ([`tails`]), and writes
 //! `DIR/report.md` ([`markdown`], [`write`]) with SVG figures ([`plots`]).
 
 pub mod devices;
@@ -14,6 +14,7 @@ pub mod rocksdb;
 pub mod runners;
 pub mod sweeps;
 pub mod synced;
+pub mod tails;
 pub mod tenants;
 pub mod workloads;
 mod write;
@@ -64,6 +65,8 @@ pub struct Results {
     pub tenants: Result<Vec<tenants::TenantResult>, String>,
     /// The one-flush limit and the grouped-sync runs.
     pub synced: synced::Synced,
+    /// The unsynced tail targets over several rounds.
+    pub tails: tails::Tails,
     /// (label, map) of the zone maps taken.
     pub zone_maps: Vec<(String, zones::ZoneMap)>,
     pub wall: Duration,
@@ -89,8 +92,13 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some("tenants") {
         return tenants_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("tails") {
+        return section_main(&args[1..], "tails", |runner, scale| {
+            Ok(write::tails_section(&tails::run(runner, scale), scale))
+        });
+    }
     let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS] \
-                 | report synced|tenants|rocksdb|fleet [--scale small|full] [--out DIR]";
+                 | report synced|tenants|tails|rocksdb|fleet [--scale small|full] [--out DIR]";
     let Some((scale, out)) = scale_and_out(args, usage) else {
         return 2;
     };
@@ -287,6 +295,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
             probes = Some(synced::probes(&runner.work, scale));
         }
     }
+    let tails = tails::run(&runner, scale);
     let probes = probes.unwrap_or_else(|| {
         eprintln!("report: one-flush limit and 430 B append + fdatasync");
         synced::probes(&runner.work, scale)
@@ -316,6 +325,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
         cache,
         tenants,
         synced: synced::Synced::new(probes, again, groups),
+        tails,
         zone_maps,
         wall: start.elapsed(),
     };
@@ -327,6 +337,22 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     devices::append(out)?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
+}
+
+/// Nearest-rank percentile of sorted values; NaN when there are none.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The median of `values` (the upper one of an even count); NaN when there are none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
 }
 
 /// A finished run's measurements, or why it has none.
