@@ -10,6 +10,7 @@ pub mod fs_cmd;
 pub mod host;
 pub mod node;
 pub mod policy;
+pub mod policy_clock;
 pub mod policy_cmd;
 pub mod stats;
 pub mod tenants;

@@ -16,6 +16,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use valet_policy_sdk as abi;
+
+use crate::policy_clock::{self, Running};
 use valet_vfs::{
     Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest,
 };
@@ -61,11 +63,8 @@ impl Default for Limits {
 /// CPU-time bound of loading a policy (its calls are bounded by fuel too).
 const LOAD_DEADLINE: Duration = Duration::from_secs(2);
 
-/// How often the policy engine's epoch advances: the granularity of call deadlines.
-const EPOCH_TICK: Duration = Duration::from_millis(1);
-
 /// The engine policies run on: fuel metering and epoch deadlines on, nothing else the ABI
-/// does not need. A thread advances the epoch every millisecond while the engine lives.
+/// does not need. Its epoch advances while a policy call runs ([`policy_clock`]).
 pub fn engine() -> Result<Engine> {
     let mut config = Config::new();
     config.consume_fuel(true);
@@ -75,17 +74,7 @@ pub fn engine() -> Result<Engine> {
     let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the policy engine")?;
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("valet-policy-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })
-        .context("starting the policy epoch thread")?;
+    policy_clock::register(&engine);
     Ok(engine)
 }
 
@@ -212,7 +201,7 @@ fn thread_cpu_time() -> Duration {
 
 /// Epoch ticks of `budget`, at least one.
 fn ticks(budget: Duration) -> u64 {
-    (budget.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+    (budget.as_millis() / policy_clock::TICK.as_millis()).max(1) as u64
 }
 
 /// The thread's CPU time is only known on it, so the deadline is an epoch deadline set for
@@ -268,6 +257,8 @@ impl PolicyInstance {
             cpu_budget: LOAD_DEADLINE,
             cpu_at_start: Duration::ZERO,
         };
+        // Loading runs guest code (the start function, the handshake, `valet_init`).
+        let _clock = Running::start();
         let mut store = Store::new(policy.module.engine(), state);
         store.limiter(|s| &mut s.limits);
         let fuel = policy.limits.fuel_per_call;
@@ -346,6 +337,7 @@ impl PolicyInstance {
         max_streams: u32,
     ) -> Result<Option<abi::Decision>> {
         let len = request.encode(self.buffer()?);
+        let _clock = Running::start();
         self.arm()?;
         let rc = self
             .place
@@ -368,6 +360,7 @@ impl PolicyInstance {
             return Ok(());
         };
         let len = event.encode(self.buffer()?);
+        let _clock = Running::start();
         self.arm()?;
         f.call(&mut self.store, len as i32)
             .map_err(|e| anyhow!("valet_event failed: {}", trap_line(&e)))
