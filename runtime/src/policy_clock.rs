@@ -1,41 +1,52 @@
 //! The policy engines' clock: one thread advances the epoch of every policy engine each
-//! [`TICK`], but only while a policy call is running.
+//! [`TICK`] while policy calls are being made, and sleeps when they stop.
 //!
-//! Why not always: policy calls are rare next to the time between them (a placement
-//! decision when a file is created, an event when a buffer is flushed), and a clock that
-//! ticks regardless wakes a thousand times a second for nothing, in every `valet-run` and
-//! in a node agent whose pods are all idle. A call holds a [`Running`] guard; the first
-//! guard wakes the clock, and when the last one is dropped the clock sleeps until the next
-//! call.
+//! The epoch exists for call deadlines only: a deadline is set when its call starts, in
+//! ticks from the current epoch, and the callback at the deadline checks the CPU time the
+//! call used (`policy.rs`). So ticks matter only while a call runs, and a clock that ticks
+//! regardless wakes for nothing, in every `valet-run` and in a node agent whose pods are
+//! all idle.
 //!
-//! The epoch only has to move while a call can be past its deadline: a deadline is set
-//! when its call starts, in ticks from the current epoch, and ticks that happen while no
-//! call runs would only have been counted against no one.
+//! Calls come in bursts (an event for every flushed write buffer, a decision for every
+//! created file), and most last microseconds. Waking the clock for each of them would cost
+//! more wake-ups than ticking, so a call only wakes a sleeping clock; an awake clock ticks
+//! until a whole [`QUIET`] has passed without a call, then sleeps until the next one. A
+//! call therefore meets its first tick within one [`TICK`] of the clock's waking, and a
+//! call that overruns its budget is stopped within a tick of the budget's end.
 //!
-//! Locking: one mutex holds the engines and the count of running calls; it is never held
-//! while an epoch is incremented or the clock sleeps.
+//! Locking: one mutex holds the engines and the clock's counters; it is never held while
+//! an epoch is incremented or the clock sleeps.
 
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use wasmtime::{Engine, EngineWeak};
 
-/// How often the epoch advances while a call runs: the granularity of call deadlines.
-pub const TICK: Duration = Duration::from_millis(1);
+/// How often the epoch advances while calls are made: the granularity of call deadlines
+/// (a 20 ms budget is two ticks).
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// Time without any call after which the clock sleeps.
+const QUIET: Duration = Duration::from_secs(1);
 
 /// The process's clock, started with the first policy engine.
 static CLOCK: LazyLock<Arc<Clock>> = LazyLock::new(Clock::start);
 
 struct Clock {
     state: Mutex<State>,
-    /// Signalled when the first call starts.
-    calls: Condvar,
+    /// Signalled by a call that finds the clock asleep.
+    wake: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     engines: Vec<EngineWeak>,
+    /// Calls in progress.
     running: usize,
+    /// Calls started so far.
+    started: u64,
+    /// The clock waits for a call (no tick until one starts).
+    asleep: bool,
     /// Epoch increments so far (a test watches the clock sleep with it).
     ticks: u64,
 }
@@ -44,7 +55,7 @@ impl Clock {
     fn start() -> Arc<Clock> {
         let clock = Arc::new(Clock {
             state: Mutex::default(),
-            calls: Condvar::new(),
+            wake: Condvar::new(),
         });
         let own = clock.clone();
         std::thread::Builder::new()
@@ -59,12 +70,25 @@ impl Clock {
     }
 
     fn run(&self) {
+        let quiet_ticks = (QUIET.as_millis() / TICK.as_millis()).max(1) as u32;
+        let mut seen = 0;
+        let mut quiet = 0;
         loop {
             let engines: Vec<Engine> = {
                 let mut state = self.lock();
-                while state.running == 0 {
-                    state = self.calls.wait(state).unwrap_or_else(|p| p.into_inner());
+                if state.running == 0 && state.started == seen {
+                    quiet += 1;
+                } else {
+                    quiet = 0;
                 }
+                if quiet >= quiet_ticks {
+                    state.asleep = true;
+                    while state.asleep {
+                        state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                    }
+                    quiet = 0;
+                }
+                seen = state.started;
                 state.engines.retain(|e| e.upgrade().is_some());
                 state.ticks += 1;
                 state
@@ -87,8 +111,10 @@ impl Clock {
     fn call(self: &Arc<Self>) -> Running {
         let mut state = self.lock();
         state.running += 1;
-        if state.running == 1 {
-            self.calls.notify_one();
+        state.started += 1;
+        if state.asleep {
+            state.asleep = false;
+            self.wake.notify_one();
         }
         Running(self.clone())
     }
@@ -99,7 +125,7 @@ pub fn register(engine: &Engine) {
     CLOCK.register(engine);
 }
 
-/// A policy call in progress: the clock ticks while one exists.
+/// A policy call in progress: the clock does not sleep while one exists.
 pub struct Running(Arc<Clock>);
 
 impl Running {
@@ -118,24 +144,41 @@ impl Drop for Running {
 mod tests {
     use super::*;
 
+    /// Waits (a bounded time) until the clock of `state` sleeps.
+    fn until_asleep(clock: &Clock) {
+        for _ in 0..500 {
+            if clock.lock().asleep {
+                return;
+            }
+            std::thread::sleep(TICK);
+        }
+        panic!("the clock never went to sleep");
+    }
+
     #[test]
-    fn the_clock_ticks_only_while_a_call_runs() {
+    fn the_clock_ticks_while_calls_are_made_and_sleeps_after_a_quiet_spell() {
         // A clock of its own: other tests' policy calls run on the process's.
         let clock = Clock::start();
         let engine = Engine::default();
         clock.register(&engine);
         let ticks = || clock.lock().ticks;
-        let call = clock.call();
-        std::thread::sleep(20 * TICK);
-        assert!(ticks() > 0, "no tick while a call ran");
-        drop(call);
-        // The tick in progress when the call ended may still count; after it, none.
+        until_asleep(&clock);
+        let asleep = ticks();
         std::thread::sleep(5 * TICK);
+        assert_eq!(ticks(), asleep, "the clock ticked while asleep");
+        // A long call keeps it ticking past the quiet spell.
+        let call = clock.call();
+        std::thread::sleep(QUIET + 5 * TICK);
+        assert!(ticks() > asleep + 50, "too few ticks during a call");
+        assert!(!clock.lock().asleep, "the clock slept during a call");
+        drop(call);
+        until_asleep(&clock);
         let idle = ticks();
-        std::thread::sleep(20 * TICK);
-        assert_eq!(ticks(), idle, "the clock ticked with no call running");
-        let _again = clock.call();
-        std::thread::sleep(20 * TICK);
+        std::thread::sleep(5 * TICK);
+        assert_eq!(ticks(), idle, "the clock ticked with no call made");
+        // A short call wakes it again.
+        drop(clock.call());
+        std::thread::sleep(5 * TICK);
         assert!(ticks() > idle, "a new call did not wake the clock");
     }
 }
