@@ -16,8 +16,6 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use valet_policy_sdk as abi;
-
-use crate::policy_clock::{self, Running};
 use valet_vfs::{
     Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest,
 };
@@ -25,6 +23,8 @@ use wasmtime::{
     Config, Engine, ExternType, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder,
     TypedFunc, UpdateDeadline, ValType,
 };
+
+use crate::policy_clock::{self, Running};
 
 /// What a policy may use.
 #[derive(Clone, Copy, Debug)]

@@ -89,13 +89,12 @@ impl Clock {
                     quiet = 0;
                 }
                 seen = state.started;
-                state.engines.retain(|e| e.upgrade().is_some());
                 state.ticks += 1;
+                let mut live = Vec::with_capacity(state.engines.len());
                 state
                     .engines
-                    .iter()
-                    .filter_map(EngineWeak::upgrade)
-                    .collect()
+                    .retain(|e| e.upgrade().map(|engine| live.push(engine)).is_some());
+                live
             };
             std::thread::sleep(TICK);
             for engine in engines {
@@ -144,7 +143,7 @@ impl Drop for Running {
 mod tests {
     use super::*;
 
-    /// Waits (a bounded time) until the clock of `state` sleeps.
+    /// Waits (a bounded time) until `clock` sleeps.
     fn until_asleep(clock: &Clock) {
         for _ in 0..500 {
             if clock.lock().asleep {

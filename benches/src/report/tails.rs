@@ -19,12 +19,27 @@ pub const TARGETS: &[(&str, &str)] = &[
     ("cache", "set"),
 ];
 
-/// One target benchmark: (a) and (c) of each round, in the order run.
+/// One target benchmark: (a) and (c) of each round that gave them, with the round's
+/// number, in the order run.
 pub struct TailRow {
     pub label: &'static str,
     pub name: &'static str,
-    pub placed: Vec<Measurement>,
-    pub stock: Vec<Measurement>,
+    pub placed: Vec<(usize, Measurement)>,
+    pub stock: Vec<(usize, Measurement)>,
+}
+
+impl TailRow {
+    /// The P99.99 ratio of (a) to (c) in each round where both ran.
+    pub fn ratios(&self) -> Vec<f64> {
+        let p9999 = |m: &Measurement| m.percentiles.map(|p| p.p9999);
+        self.placed
+            .iter()
+            .filter_map(|(round, a)| {
+                let (_, c) = self.stock.iter().find(|(r, _)| r == round)?;
+                Some(p9999(a)? / p9999(c)?)
+            })
+            .collect()
+    }
 }
 
 /// What the tail rounds gave: a row per target whose guest ran, and the runs that failed.
@@ -115,8 +130,8 @@ pub fn run(runner: &Runner, scale: Scale) -> Tails {
                         continue;
                     };
                     match config {
-                        Config::Placed => row.placed.push(m.clone()),
-                        _ => row.stock.push(m.clone()),
+                        Config::Placed => row.placed.push((round, m.clone())),
+                        _ => row.stock.push((round, m.clone())),
                     }
                 }
             }
@@ -128,14 +143,42 @@ pub fn run(runner: &Runner, scale: Scale) -> Tails {
     tails
 }
 
-/// One figure of each run of `runs`, where the guest printed percentiles.
-pub fn each(runs: &[Measurement], figure: impl Fn(&Measurement) -> Option<f64>) -> Vec<f64> {
-    runs.iter().filter_map(figure).collect()
+/// The median over `runs` of one figure, from the runs that have it.
+pub fn median_of(
+    runs: &[(usize, Measurement)],
+    figure: impl Fn(&Measurement) -> Option<f64>,
+) -> f64 {
+    let values: Vec<f64> = runs.iter().filter_map(|(_, m)| figure(m)).collect();
+    super::median(&values)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::parse::parse;
     use super::*;
+
+    #[test]
+    fn ratios_pair_the_rounds_where_both_ran() {
+        let m = |p9999: f64| {
+            let out = format!(
+                "fillseq : 1.0 micros/op; 1000000 ops/sec;\n\
+                 Percentiles (micros): P50: 1.00 P99: 1.00 P99.9: 1.00 P99.99: {p9999:.2}"
+            );
+            parse(&out).remove(0)
+        };
+        // Round 2 of (c) failed: round 3's (a) must meet round 3's (c), not round 2's.
+        let row = TailRow {
+            label: "leveldb",
+            name: "fillseq",
+            placed: vec![(1, m(10.0)), (2, m(40.0)), (3, m(90.0))],
+            stock: vec![(1, m(20.0)), (3, m(30.0))],
+        };
+        assert_eq!(row.ratios(), [0.5, 3.0]);
+        assert_eq!(
+            median_of(&row.placed, |m| m.percentiles.map(|p| p.p9999)),
+            40.0
+        );
+    }
 
     #[test]
     fn target_workloads_run_only_their_benchmarks() {

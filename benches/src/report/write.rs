@@ -243,10 +243,10 @@ fn tails(t: &Tails, doc: &mut Doc) {
         "Target: (a) at least stock's ops/s, and P99.99 (for the cache's sets P99.9 too) \
          within 1.5× of stock's. Each configuration ran {} times in runs of their own, (a) \
          and (c) taking turns; the figures are medians over those rounds, and the last \
-         column lists each round's P99.99 ratio. At `--scale small` a fill's P99.99 is its third-worst \
-         operation of 20,000: the two worst are LevelDB's memtable flushes (one thread, so \
-         they run inline) and the third is whichever operation the machine delayed most, \
-         which one run alone cannot tell apart from the runtime's own cost.",
+         column lists each round's P99.99 ratio. At `--scale small` a fill's P99.99 is its \
+         third-worst operation of 20,000: the two worst are LevelDB's memtable flushes (one \
+         thread, so they run inline) and the third is whichever operation the machine \
+         delayed most, which one run alone cannot tell apart from the runtime's own cost.",
         t.rounds
     ));
     let mut table = Table::new(&[
@@ -262,24 +262,18 @@ fn tails(t: &Tails, doc: &mut Doc) {
         "verdict",
         "P99.99 (a)/(c) per round",
     ]);
-    let pct = |runs: &[Measurement], f: fn(&Percentiles) -> f64| {
-        super::median(&tails::each(runs, |m| m.percentiles.as_ref().map(f)))
+    let ops = |runs: &[(usize, Measurement)]| tails::median_of(runs, |m| Some(m.ops_per_sec()));
+    let pct = |runs: &[(usize, Measurement)], f: fn(&Percentiles) -> f64| {
+        tails::median_of(runs, |m| m.percentiles.as_ref().map(f))
     };
     for row in &t.rows {
-        let ops =
-            |runs: &[Measurement]| super::median(&tails::each(runs, |m| Some(m.ops_per_sec())));
         let (a_ops, c_ops) = (ops(&row.placed), ops(&row.stock));
         let (a_999, c_999) = (pct(&row.placed, |p| p.p999), pct(&row.stock, |p| p.p999));
         let (a_9999, c_9999) = (pct(&row.placed, |p| p.p9999), pct(&row.stock, |p| p.p9999));
         // The cache's P99.9 is held to the same bound (its sets' tail starts there).
         let p999_met = row.label != "cache" || a_999 <= 1.5 * c_999;
         let met = a_ops >= c_ops && a_9999 <= 1.5 * c_9999 && p999_met;
-        let per_round: Vec<String> = row
-            .placed
-            .iter()
-            .zip(&row.stock)
-            .filter_map(|(a, c)| Some(ratio(Some(a.percentiles?.p9999 / c.percentiles?.p9999))))
-            .collect();
+        let per_round: Vec<String> = row.ratios().into_iter().map(|r| ratio(Some(r))).collect();
         table.row(vec![
             row.label.into(),
             row.name.into(),
