@@ -77,6 +77,10 @@ pub struct Stats {
     /// Full buffers written by the background writer instead of the guest's call.
     #[serde(default)]
     pub background_flushes: u64,
+    /// Queued buffers a write waiting for a buffer wrote itself instead of sleeping until
+    /// the background writer got to them.
+    #[serde(default)]
+    pub flushes_while_waiting: u64,
     /// fsync/fdatasync calls whose small tail went into the journal record instead of a
     /// data block.
     #[serde(default)]

@@ -521,3 +521,45 @@ fn a_tenants_backlog_leaves_the_other_tenants_their_write_buffers() {
     assert!(back[..100].iter().all(|&b| b == 1) && back[100..].iter().all(|&b| b == 3));
     assert!(store.fsck().unwrap().is_clean());
 }
+
+#[test]
+fn a_write_waiting_for_a_buffer_writes_a_queued_one_itself() {
+    // Four buffers, every one queued behind a slow device: the background writer is busy
+    // with one file's queue, so a write that needs a buffer writes the front of another
+    // file's queue rather than sleep until the writer gets there.
+    const DELAY_MS: u64 = 20;
+    let dev = Faulty::new();
+    // Buffers larger than the pool copies small windows out into (64 KiB).
+    let config = StoreConfig {
+        buffers: 4,
+        buffer_size: 128 * 1024,
+        ..Default::default()
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    let open = |name: &str| store.open_file(root, name, OpenOptions::create()).unwrap();
+    let (a, b, c) = (open("a"), open("b"), open("c"));
+    dev.write_delay_ms.store(DELAY_MS, Ordering::SeqCst);
+    // Two full buffers each for a and c: all four queued, none back yet.
+    let full = vec![1u8; 2 * 128 * 1024];
+    a.write_at(&full, 0).unwrap();
+    c.write_at(&full, 0).unwrap();
+    b.write_at(b"needs a buffer", 0).unwrap();
+    assert!(
+        store.stats().flushes_while_waiting >= 1,
+        "the write slept instead of writing a queued buffer"
+    );
+    dev.write_delay_ms.store(0, Ordering::SeqCst);
+    for f in [&a, &b, &c] {
+        f.sync_all().unwrap();
+    }
+    let mut back = vec![0u8; full.len()];
+    for f in [&a, &c] {
+        f.read_at(&mut back, 0).unwrap();
+        assert_eq!(back, full);
+    }
+    let mut small = [0u8; 14];
+    b.read_at(&mut small, 0).unwrap();
+    assert_eq!(&small, b"needs a buffer");
+    assert!(store.fsck().unwrap().is_clean());
+}

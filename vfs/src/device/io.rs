@@ -1,6 +1,7 @@
 //! The I/O engine under the image device: io_uring for writes and syncs where the kernel
 //! allows it, plain pwrite / fdatasync where it does not (containers often refuse io_uring);
-//! reads are plain pread in both modes.
+//! reads are plain pread in both modes. The ring carries one write at a time; a thread that
+//! finds it taken writes with pwrite rather than queue behind it.
 
 use std::fmt;
 use std::fs::File;
@@ -8,7 +9,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::str::FromStr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, TryLockError};
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
@@ -53,7 +54,8 @@ impl fmt::Display for IoMode {
 const MAX_CHUNK: usize = 1 << 30;
 /// Smallest write sent through the ring, where copying it overlaps useful work.
 const OVERLAP_MIN: usize = 64 << 10;
-/// Ring depth: one request is in flight at a time, a few slots spare.
+/// Ring depth: one request is in flight at a time (a thread that finds the ring taken
+/// writes with `pwrite`), a few slots spare.
 const RING_ENTRIES: u32 = 8;
 
 struct Ring {
@@ -139,6 +141,20 @@ impl IoEngine {
                 return self.file.write_all_at(data, pos);
             }
         };
+        // The ring carries one request at a time. A thread that finds it taken writes with
+        // `pwrite` instead of queueing behind that request: its owner (the background
+        // writer, at nice 10) may be waiting for a core, and a guest's write or sync would
+        // wait with it.
+        let mut ring = match ring.try_lock() {
+            Ok(r) => r,
+            // The ring holds no invariant a panicking holder could break halfway (see
+            // `broken`).
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                during();
+                return self.file.write_all_at(data, pos);
+            }
+        };
         let fd = types::Fd(self.file.as_raw_fd());
         let mut done = 0;
         let mut during = Some(during);
@@ -149,7 +165,7 @@ impl IoEngine {
                 .offset(pos + done as u64)
                 .build();
             // SAFETY: `chunk` stays borrowed and alive until `submit` has seen the completion.
-            let n = unsafe { submit_while(ring, entry, during.take())? };
+            let n = unsafe { submit_while(&mut ring, entry, during.take())? };
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
@@ -186,11 +202,6 @@ fn setup_ring() -> io::Result<IoUring> {
     Ok(ring)
 }
 
-fn lock(ring: &Mutex<Ring>) -> MutexGuard<'_, Ring> {
-    // The ring holds no invariant a panicking holder could break halfway (see `broken`).
-    ring.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Submits one request, runs `during` after it went to the kernel, waits for its
 /// completion and returns its (non-negative) result. Retries requests the kernel bounces
 /// with EINTR / EAGAIN.
@@ -198,11 +209,10 @@ fn lock(ring: &Mutex<Ring>) -> MutexGuard<'_, Ring> {
 /// # Safety
 /// Memory the entry points to must stay valid until this returns.
 unsafe fn submit_while(
-    ring: &Mutex<Ring>,
+    r: &mut Ring,
     entry: squeue::Entry,
     mut during: Option<&mut dyn FnMut()>,
 ) -> io::Result<usize> {
-    let mut r = lock(ring);
     if r.broken {
         return Err(io::Error::other("io_uring failed earlier on this device"));
     }
@@ -320,6 +330,36 @@ mod tests {
         s.write_at(&pattern(4096, 9), 8192).unwrap();
         e.read_at(&mut a[..4096], 8192).unwrap();
         assert_eq!(&a[..4096], &pattern(4096, 9)[..]);
+    }
+
+    #[test]
+    fn a_write_that_finds_the_ring_taken_does_not_wait_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = match engine(&dir, IoMode::Uring) {
+            Ok(e) => std::sync::Arc::new(e),
+            Err(err) => {
+                eprintln!("io_uring unavailable here, skipping: {err}");
+                return;
+            }
+        };
+        let data = pattern(OVERLAP_MIN * 2, 5);
+        // Another request holds the ring for as long as this test likes.
+        let taken = e.ring.as_ref().unwrap().lock().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let writer = {
+            let (e, data) = (e.clone(), data.clone());
+            std::thread::spawn(move || {
+                e.write_at(&data, 4096).unwrap();
+                done_tx.send(()).unwrap();
+            })
+        };
+        let finished = done_rx.recv_timeout(std::time::Duration::from_secs(30));
+        drop(taken);
+        writer.join().unwrap();
+        assert!(finished.is_ok(), "the write waited for the ring");
+        let mut back = vec![0; data.len()];
+        e.read_at(&mut back, 4096).unwrap();
+        assert_eq!(back, data);
     }
 
     #[test]

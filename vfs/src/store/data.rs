@@ -6,6 +6,9 @@
 //! writer; the guest's write returns without waiting for the device. A write elsewhere in
 //! the file detaches the window and opens a new one at the write's block, holding the
 //! file's bytes between the block start and the write (read with no lock held).
+//! When every buffer is taken, a write waits for one to come back; meanwhile it writes one
+//! of its tenant's queued buffers itself if the writer has not taken it yet (back-pressure
+//! then costs a buffer's write, not the writer's wait for a core).
 //!
 //! A flush pads the last block with what the file holds after the window (or zeros past
 //! its end), reserves blocks in the stream's zone (allocate-on-flush), writes them with no
@@ -252,19 +255,23 @@ impl Store {
 
     /// A free buffer for `ino`'s new window. When the pool is empty, takes the buffer of the
     /// least recently used clean window, or hands dirty ones to the writer and waits for a
-    /// buffer to come back (back-pressure, counted in the stats).
+    /// buffer to come back (back-pressure, counted in the stats). Before each wait it writes
+    /// one of its tenant's queued buffers itself, if one is waiting for the writer: the
+    /// thread would only sleep meanwhile, and the writer, at nice 10 beside busy guests,
+    /// may wait milliseconds for a core.
     fn take_buffer<'a>(
         &'a self,
         mut inner: MutexGuard<'a, Inner>,
         ino: Ino,
     ) -> Result<(MutexGuard<'a, Inner>, Vec<u8>)> {
+        let tenant = inner.state.inode(ino)?.tenant;
         let mut waited: Option<Instant> = None;
         loop {
             if inner.past_pool_share(ino) {
                 // Its own buffers come back as the device takes them; the other tenants'
                 // writes meanwhile find the rest of the pool.
                 waited.get_or_insert_with(Instant::now);
-                inner = self.wait(inner)?;
+                inner = self.help_or_wait(inner, tenant)?;
                 continue;
             }
             if let Some(buf) = inner.pool.take() {
@@ -328,8 +335,26 @@ impl Store {
                 }
             }
             waited.get_or_insert_with(Instant::now);
-            inner = self.wait(inner)?;
+            inner = self.help_or_wait(inner, tenant)?;
         }
+    }
+
+    /// For a write waiting for a buffer: writes the front of one of `tenant`'s queues that
+    /// waits for the writer, or else waits for a change.
+    fn help_or_wait<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        tenant: TenantId,
+    ) -> Result<MutexGuard<'a, Inner>> {
+        let Some((queued, claim)) = inner.claim_queued(tenant) else {
+            return self.wait(inner);
+        };
+        inner.counters.flushes_while_waiting += 1;
+        drop(inner);
+        // A failure stays with that file for its next sync to report, as when the writer's
+        // write fails.
+        let _ = self.write_claimed(queued, claim);
+        self.lock()
     }
 
     /// Detaches `ino`'s dirty window (padding its last block with what the file holds
@@ -378,37 +403,38 @@ impl Store {
                 }
                 Some(_) => {}
             }
-            let batch = small_batch(&mut of.inflight);
-            let written = if batch.is_empty() {
-                let front = of.inflight.front_mut().expect("matched above");
-                front.writing = true;
-                let buf = front.buf.clone();
-                let (start, len) = (front.start, front.len);
-                drop(inner);
-                self.write_front(ino, buf, start, len)
-            } else {
-                drop(inner);
-                self.write_small_batch(ino, &batch)
-            };
-            if let Err(e) = written {
-                let mut inner = self.lock()?;
-                if let Some(of) = inner.open.get_mut(&ino) {
-                    // The buffers marked `writing` are this thread's: they wait for a retry.
-                    for d in of.inflight.iter_mut().filter(|d| d.writing) {
-                        d.writing = false;
-                    }
-                    if let Some(front) = of.inflight.front_mut() {
-                        front.error = Some(e.to_string());
-                        front.no_space = matches!(e, Error::NoSpace(_));
-                    }
-                }
-                inner.unpool_unplaceable(ino);
-                let _ = inner.settle_closed(ino);
-                drop(inner);
-                self.notify();
-                return Err(e);
-            }
+            let claim = claim_front(&mut of.inflight);
+            drop(inner);
+            self.write_claimed(ino, claim)?;
         }
+    }
+
+    /// Writes what this thread claimed from the front of `ino`'s queue; a failure stays
+    /// with the file (its buffers wait for a retry) and is returned.
+    fn write_claimed(&self, ino: Ino, claim: Claim) -> Result<()> {
+        let written = match claim {
+            Claim::Front { buf, start, len } => self.write_front(ino, buf, start, len),
+            Claim::Batch(batch) => self.write_small_batch(ino, &batch),
+        };
+        if let Err(e) = written {
+            let mut inner = self.lock()?;
+            if let Some(of) = inner.open.get_mut(&ino) {
+                // The buffers marked `writing` are this thread's: they wait for a retry.
+                for d in of.inflight.iter_mut().filter(|d| d.writing) {
+                    d.writing = false;
+                }
+                if let Some(front) = of.inflight.front_mut() {
+                    front.error = Some(e.to_string());
+                    front.no_space = matches!(e, Error::NoSpace(_));
+                }
+            }
+            inner.unpool_unplaceable(ino);
+            let _ = inner.settle_closed(ino);
+            drop(inner);
+            self.notify();
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Writes the front detached buffer of `ino` (owned by this thread: `writing` is set)
@@ -937,6 +963,33 @@ struct SmallQueued {
     start: u64,
 }
 
+/// Queued buffers of one file that a thread took on to write (`writing` set on each).
+enum Claim {
+    /// The front buffer alone.
+    Front {
+        buf: Arc<Vec<u8>>,
+        start: u64,
+        len: usize,
+    },
+    /// A run of small buffers from the front ([`small_batch`]).
+    Batch(Vec<SmallQueued>),
+}
+
+/// Claims the front of a queue whose front no thread is writing.
+fn claim_front(queue: &mut std::collections::VecDeque<Detached>) -> Claim {
+    let batch = small_batch(queue);
+    if !batch.is_empty() {
+        return Claim::Batch(batch);
+    }
+    let front = queue.front_mut().expect("a queue with a front");
+    front.writing = true;
+    Claim::Front {
+        buf: front.buf.clone(),
+        start: front.start,
+        len: front.len,
+    }
+}
+
 /// Marks `writing` and returns the run of small buffers at the front of a file's queue
 /// (copies of one-page windows: [`BufferPool::copy_out`](super::buffer::BufferPool::copy_out))
 /// when there are two or more, so that a checkpoint's scattered pages go to the device in one
@@ -1007,6 +1060,19 @@ impl Inner {
         let end = w.end();
         let padded_end = end.div_ceil(bs) * bs;
         Ok((size > end && padded_end > end).then(|| (end, (size.min(padded_end) - end) as usize)))
+    }
+
+    /// Claims for the caller the front of the queue of one of `tenant`'s files whose front
+    /// waits for a thread to write it (not being written, no failed write to retry).
+    fn claim_queued(&mut self, tenant: TenantId) -> Option<(Ino, Claim)> {
+        let Inner { open, state, .. } = self;
+        let (&ino, of) = open.iter_mut().find(|(i, o)| {
+            o.inflight
+                .front()
+                .is_some_and(|d| !d.writing && d.error.is_none())
+                && state.inodes.get(i).is_some_and(|n| n.tenant == tenant)
+        })?;
+        Some((ino, claim_front(&mut of.inflight)))
     }
 
     fn any_busy(&self) -> bool {

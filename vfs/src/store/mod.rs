@@ -32,7 +32,9 @@
 //!   them as one device write), and recorded in that order, so a file's extents are mapped
 //!   in the order its bytes were written. A sync writes its file's queued buffers itself rather
 //!   than wait for the background writer, unless their bytes were already synced inline
-//!   (then the sync does not wait for them at all).
+//!   (then the sync does not wait for them at all). A write that finds no free buffer
+//!   writes the front of one of its own tenant's queues that no thread has taken, before
+//!   it sleeps: it would only wait for the writer to do the same.
 //! - **Zones**: blocks are reserved under `inner` by advancing the store's write pointer
 //!   (`wp`); the device writes of one zone are issued in reservation order: a writer waits
 //!   until `written[zone]` reaches its first block. Writes to different zones run in
@@ -264,6 +266,8 @@ struct Counters {
     buffer_wait_ns: u64,
     /// Full buffers handed to the background writer.
     background_flushes: u64,
+    /// Queued buffers written by a write waiting for a buffer.
+    flushes_while_waiting: u64,
     /// Syncs whose tail went inline in the journal.
     inline_syncs: u64,
     /// Units whose data did not match their checksum when GC read them.
@@ -1427,6 +1431,7 @@ impl Inner {
             buffer_waits: self.counters.buffer_waits,
             buffer_wait_ns: self.counters.buffer_wait_ns,
             background_flushes: self.counters.background_flushes,
+            flushes_while_waiting: self.counters.flushes_while_waiting,
             inline_syncs: self.counters.inline_syncs,
             gc_background_passes: self.counters.gc_background_passes,
             gc_foreground_passes: self.counters.gc_foreground_passes,
