@@ -127,7 +127,9 @@ impl IoEngine {
     /// Writes like [`IoEngine::write_at`], running `during` once while the first request is
     /// in flight (with io_uring the kernel copies the data meanwhile). Writes smaller than
     /// [`OVERLAP_MIN`] are plain `pwrite`s: too little to overlap, and a ring round trip
-    /// costs more than the syscall.
+    /// costs more than the syscall. So is a write that finds the ring taken: the ring
+    /// carries one request at a time, and its owner (the background writer, at nice 10) may
+    /// be waiting for a core, so a guest's write or sync queued behind it would wait too.
     pub(crate) fn write_at_while(
         &self,
         data: &[u8],
@@ -135,25 +137,18 @@ impl IoEngine {
         during: &mut dyn FnMut(),
     ) -> io::Result<()> {
         let ring = match &self.ring {
-            Some(ring) if data.len() >= OVERLAP_MIN => ring,
-            _ => {
-                during();
-                return self.file.write_all_at(data, pos);
-            }
+            Some(ring) if data.len() >= OVERLAP_MIN => match ring.try_lock() {
+                Ok(r) => Some(r),
+                // The ring holds no invariant a panicking holder could break halfway (see
+                // `broken`).
+                Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            },
+            _ => None,
         };
-        // The ring carries one request at a time. A thread that finds it taken writes with
-        // `pwrite` instead of queueing behind that request: its owner (the background
-        // writer, at nice 10) may be waiting for a core, and a guest's write or sync would
-        // wait with it.
-        let mut ring = match ring.try_lock() {
-            Ok(r) => r,
-            // The ring holds no invariant a panicking holder could break halfway (see
-            // `broken`).
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                during();
-                return self.file.write_all_at(data, pos);
-            }
+        let Some(mut ring) = ring else {
+            during();
+            return self.file.write_all_at(data, pos);
         };
         let fd = types::Fd(self.file.as_raw_fd());
         let mut done = 0;
