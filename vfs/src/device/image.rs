@@ -36,6 +36,10 @@
 //! the file system already holds. Only bytes past the write pointer are filled, which by
 //! the zone rules hold nothing. The filling runs on a thread of the device's own after the
 //! sync returns, in 128 KiB steps; a write into the step being filled waits for it.
+//! A zone whose write pointer moved [`PREPARE_AHEAD`] or more since the previous sync is
+//! left alone: its own writes would overtake the zeros before its next sync (a flushed
+//! table, a cache's region), so filling would only double its bytes on the host disk and
+//! make its writes wait for the filler.
 //! Each step allocates blocks, and the sync after it commits the allocation to the host
 //! file system's journal (two or three flushes instead of one), so a reset keeps the
 //! zone's blocks allocated (warm): a zone written again soon needs no fill at all. The
@@ -167,6 +171,8 @@ struct State {
     prepared: Vec<u64>,
     /// Zones written since the last sync.
     touched: Vec<ZoneId>,
+    /// Per zone: its write pointer at the last sync that found it written.
+    synced_wp: Vec<u64>,
     /// The range the filler is writing zeros to now: (zone, from, to) in zone bytes.
     filling: Option<(ZoneId, u64, u64)>,
     /// Reset zones whose blocks are still allocated, oldest first, with when they were
@@ -191,6 +197,7 @@ impl State {
             seq,
             prepared: vec![0; zones],
             touched: Vec::new(),
+            synced_wp: vec![0; zones],
             filling: None,
             warm: Vec::new(),
             punching: Vec::new(),
@@ -223,11 +230,18 @@ impl State {
         self.warm.drain(..n).map(|(zone, _)| zone).collect()
     }
 
-    /// Keeps only the touched zones the filler has work in; whether any is left. Most
+    /// Keeps only the touched zones the filler has work in, leaving out the zones that
+    /// moved [`PREPARE_AHEAD`] or more since the previous sync; whether any is left. Most
     /// syncs leave plenty prepared, and then wake no thread.
     fn keep_zones_to_fill(&mut self, capacity: u64) -> bool {
         let mut touched = std::mem::take(&mut self.touched);
-        touched.retain(|&zone| self.short_of_prepared(zone, capacity));
+        touched.retain(|&zone| {
+            let wp = self.table.info(zone).map_or(0, |i| i.write_pointer);
+            // A reset since the last sync leaves the zone behind its old pointer.
+            let moved = wp.checked_sub(self.synced_wp[zone as usize]).unwrap_or(wp);
+            self.synced_wp[zone as usize] = wp;
+            moved < PREPARE_AHEAD && self.short_of_prepared(zone, capacity)
+        });
         self.touched = touched;
         !self.touched.is_empty()
     }
@@ -1457,6 +1471,51 @@ mod tests {
         let mut buf = vec![0; BS];
         d.read(3, 0, &mut buf).unwrap();
         assert_eq!(buf, block(1));
+    }
+
+    #[test]
+    fn a_zone_that_moved_a_megabyte_since_the_last_sync_is_not_prepared() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let g = Geometry {
+            zone_count: 8,
+            zone_size: 8 << 20,
+            zone_capacity: 8 << 20,
+            ..geo()
+        };
+        let d = ImageDevice::create(&path, g, opts(IoMode::Auto)).unwrap();
+        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        // A stream writing a megabyte or more between syncs: its next bytes would overtake
+        // any zeros, so the sync leaves its zone as it is.
+        let big = vec![3u8; PREPARE_AHEAD as usize];
+        d.write(2, 0, &big).unwrap();
+        d.sync().unwrap();
+        d.wait_filled();
+        let streamed = allocated();
+        d.write(2, PREPARE_AHEAD, &big).unwrap();
+        d.sync().unwrap();
+        d.wait_filled();
+        assert!(
+            allocated() <= streamed + PREPARE_AHEAD,
+            "a streaming zone was filled: {} after {streamed}",
+            allocated()
+        );
+        // The same zone syncing small writes again is prepared after its next sync.
+        let before = allocated();
+        d.write(2, 2 * PREPARE_AHEAD, &block(4)).unwrap();
+        d.sync().unwrap();
+        d.wait_filled();
+        assert!(
+            allocated() >= before + PREPARE_AHEAD - BS as u64,
+            "{} after {before}",
+            allocated()
+        );
+        let mut buf = vec![0; BS];
+        d.read(2, 2 * PREPARE_AHEAD, &mut buf).unwrap();
+        assert_eq!(buf, block(4));
+        d.read(2, PREPARE_AHEAD, &mut buf).unwrap();
+        assert_eq!(buf, vec![3u8; BS]);
     }
 
     #[test]
