@@ -199,8 +199,9 @@ struct DeviceArgs {
     #[arg(long)]
     max_open: Option<u32>,
 
-    /// Device I/O engine.
-    #[arg(long, default_value = "auto", value_name = "auto|uring|sync")]
+    /// Device I/O engine of the image: plain syscalls (`sync`) or io_uring for large
+    /// writes (`uring`, or `auto` where the kernel allows it).
+    #[arg(long, default_value = "sync", value_name = "sync|uring|auto")]
     io: IoMode,
 }
 
