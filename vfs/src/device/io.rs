@@ -11,7 +11,7 @@
 //! 386 times in 12 s). The full-size
 //! LevelDB + cache pair (two tenants of one `valet-run`, eight alternating rounds): the
 //! cache's set P99.99 2.0–3.5 ms with plain writes against 2.7–3.8 ms through the ring,
-//! LevelDB's fills 4.8–7.0 against 5.5–7.8 ms, but the cache's gets 0.40–0.57 against
+//! LevelDB's fillrandom 4.8–6.2 against 5.5–6.7 ms, but the cache's gets 0.40–0.57 against
 //! 0.39–0.43 ms. RocksDB's unsynced fills and overwrite (500,000 keys, four rounds each):
 //! 165–180k and 136–140k ops/s against 147–169k and 88–137k, P99.99 level.
 
