@@ -6,14 +6,14 @@
 //! Why plain writes by default: the image is a file in the host's page cache, so a write
 //! is a copy into it. Through the ring the kernel may hand that copy to a worker thread
 //! while the writer sleeps until it is done: two threads to schedule where one would do,
-//! and on a machine whose cores are all busy with guests each waits for a core (`perf
-//! trace` of one pair run below: the background writer's `io_uring_enter` took over 1.5 ms
-//! 386 times in 12 s). The full-size
-//! LevelDB + cache pair (two tenants of one `valet-run`, eight alternating rounds): the
-//! cache's set P99.99 2.0–3.5 ms with plain writes against 2.7–3.8 ms through the ring,
-//! LevelDB's fillrandom 4.8–6.2 against 5.5–6.7 ms, but the cache's gets 0.40–0.57 against
-//! 0.39–0.43 ms. RocksDB's unsynced fills and overwrite (500,000 keys, four rounds each):
-//! 165–180k and 136–140k ops/s against 147–169k and 88–137k, P99.99 level.
+//! and on a machine whose cores are all busy with guests each waits for a core (in one
+//! full-size run of the LevelDB + cache pair, `perf trace` saw the background writer's
+//! `io_uring_enter` take over 1.5 ms 386 times in 12 s). Eight alternating rounds of that
+//! pair: the cache's set P99.99 2.0–3.5 ms with plain writes against 2.7–3.8 ms through
+//! the ring, LevelDB's fillrandom 4.8–6.2 against 5.5–6.7 ms, but the cache's gets
+//! 0.40–0.57 against 0.39–0.43 ms. RocksDB's unsynced fills and overwrite (500,000 keys,
+//! four rounds each): 165–180k and 136–140k ops/s against 147–169k and 88–137k, P99.99
+//! level.
 
 use std::fmt;
 use std::fs::File;
