@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
-use valet_vfs::{OpenOptions, Store, StoreConfig};
+use valet_vfs::{Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
 
 fn geometry() -> Geometry {
     Geometry {
@@ -29,6 +29,8 @@ struct Faulty {
     reset_delay_ms: AtomicU64,
     /// Delay of every write to a data zone.
     write_delay_ms: AtomicU64,
+    /// Delay of every read of a data zone.
+    read_delay_ms: AtomicU64,
     fail_writes: AtomicBool,
     syncs: AtomicU64,
 }
@@ -40,6 +42,7 @@ impl Faulty {
             sync_delay_ms: AtomicU64::new(0),
             reset_delay_ms: AtomicU64::new(0),
             write_delay_ms: AtomicU64::new(0),
+            read_delay_ms: AtomicU64::new(0),
             fail_writes: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         })
@@ -75,6 +78,10 @@ impl ZonedDevice for Faulty {
         self.inner.append(zone, data)
     }
     fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let delay = self.read_delay_ms.load(Ordering::SeqCst);
+        if zone > 1 && delay > 0 {
+            thread::sleep(Duration::from_millis(delay));
+        }
         self.inner.read(zone, offset, buf)
     }
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
@@ -562,4 +569,55 @@ fn a_write_waiting_for_a_buffer_writes_a_queued_one_itself() {
     b.read_at(&mut small, 0).unwrap();
     assert_eq!(&small, b"needs a buffer");
     assert!(store.fsck().unwrap().is_clean());
+}
+
+/// File `a` in stream 1, anything else in stream 2.
+struct AApart;
+impl Placement for AApart {
+    fn place(&self, req: &PlacementRequest<'_>) -> Hint {
+        Hint::zoned(if req.path.ends_with('a') { 1 } else { 2 })
+    }
+}
+
+#[test]
+fn a_deep_fsck_reads_blocks_as_they_are_mapped_when_it_reads_them() {
+    // The deep fsck plans its reads, then reads one extent at a time with no lock held.
+    // While it reads a's block (slowly), b is deleted and its full first zone reset: the
+    // fsck must not then read that zone as if b still lived there.
+    const DELAY_MS: u64 = 500;
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (t, root) = store.tenant("app").unwrap();
+    store.set_placement(t, Arc::new(AApart));
+    let a = store.open_file(root, "a", OpenOptions::create()).unwrap();
+    a.write_at(&[1u8; 4096], 0).unwrap();
+    a.sync_all().unwrap();
+    // One zone and a half: the first fills and is retired, so it is reset once b goes.
+    let b = store.open_file(root, "b", OpenOptions::create()).unwrap();
+    b.write_at(&vec![2u8; 3 << 19], 0).unwrap();
+    b.close().unwrap();
+    store.sync().unwrap();
+    assert_eq!(store.stats().zone_resets, 0);
+
+    dev.read_delay_ms.store(DELAY_MS, Ordering::SeqCst);
+    let checking = store.clone();
+    let fsck = thread::spawn(move || checking.fsck_deep().unwrap());
+    thread::sleep(Duration::from_millis(DELAY_MS / 5));
+    store.unlink(root, "b").unwrap();
+    store.sync().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.stats().zone_resets == 0 {
+        assert!(Instant::now() < deadline, "b's zone was never reset");
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        !fsck.is_finished(),
+        "the fsck ended before b's zone was reset: nothing was tested"
+    );
+    let report = fsck.join().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    dev.read_delay_ms.store(0, Ordering::SeqCst);
+    let mut back = [0u8; 4096];
+    a.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, [1u8; 4096]);
 }

@@ -241,7 +241,8 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
 impl Store {
     /// [`Store::fsck`], then every live block read back and checked against its unit's
     /// checksum. Each zone is pinned while it is read, with no lock held, so a store in use
-    /// keeps going; an extent that changed meanwhile is simply checked as it was planned.
+    /// keeps going. Each planned extent is looked up again when its turn comes and read
+    /// where it is mapped then: GC may have moved it and reset its old zone meanwhile.
     pub fn fsck_deep(&self) -> Result<FsckReport> {
         let (mut report, plan) = {
             let inner = self.lock()?;
@@ -258,32 +259,50 @@ impl Store {
             (report, plan)
         };
         let mut damaged_units = std::collections::BTreeSet::new();
-        for (ino, file_block, ext) in plan {
-            let (units, complete) = {
+        for (ino, file_block, planned) in plan {
+            // The blocks as mapped now, pinned: the reclaimer may have moved them since the
+            // plan and reset their old zone (a deleted file has nothing left to read).
+            let now: Vec<_> = {
                 let inner = self.lock()?;
-                self.shared.pins[ext.zone as usize]
-                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                inner.state.units.covering(ext.zone, ext.block, ext.len)
+                let Some(inode) = inner.state.inodes.get(&ino) else {
+                    continue;
+                };
+                let end = file_block + planned.len as u64;
+                inode
+                    .extents
+                    .pieces(file_block, end)
+                    .into_iter()
+                    .filter_map(|(at, ext, _)| Some((at, ext?)))
+                    .map(|(at, ext)| {
+                        self.shared.pins[ext.zone as usize]
+                            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        let (units, complete) =
+                            inner.state.units.covering(ext.zone, ext.block, ext.len);
+                        (at, ext, units, complete)
+                    })
+                    .collect()
             };
-            let read = self.read_verified(ext.zone, ext.block, ext.len, &units, complete);
-            self.unpin(ext.zone);
-            match read {
-                Ok(Ok((_, verified))) => {
-                    report.verified_blocks += verified.blocks;
-                    report.unverified_blocks += verified.unverified;
-                }
-                Ok(Err(mismatch)) => {
-                    // Several extents may share the damaged unit: name it once for each file.
-                    if damaged_units.insert((ino, mismatch.zone, mismatch.unit.block)) {
-                        report.problems.push(format!(
-                            "inode {ino}: data at file block {file_block} does not match its \
-                             checksum ({mismatch})"
-                        ));
+            for (file_block, ext, units, complete) in now {
+                let read = self.read_verified(ext.zone, ext.block, ext.len, &units, complete);
+                self.unpin(ext.zone);
+                match read {
+                    Ok(Ok((_, verified))) => {
+                        report.verified_blocks += verified.blocks;
+                        report.unverified_blocks += verified.unverified;
                     }
+                    Ok(Err(mismatch)) => {
+                        // Several extents may share the damaged unit: name it once per file.
+                        if damaged_units.insert((ino, mismatch.zone, mismatch.unit.block)) {
+                            report.problems.push(format!(
+                                "inode {ino}: data at file block {file_block} does not match \
+                                 its checksum ({mismatch})"
+                            ));
+                        }
+                    }
+                    Err(e) => report.problems.push(format!(
+                        "inode {ino}: reading file block {file_block} ({ext:?}) failed: {e}"
+                    )),
                 }
-                Err(e) => report.problems.push(format!(
-                    "inode {ino}: reading file block {file_block} ({ext:?}) failed: {e}"
-                )),
             }
         }
         Ok(report)
