@@ -1473,19 +1473,30 @@ mod tests {
         assert_eq!(buf, block(1));
     }
 
-    #[test]
-    fn a_zone_that_moved_a_megabyte_since_the_last_sync_is_not_prepared() {
-        use std::os::unix::fs::MetadataExt;
+    /// A new image of 8 zones of `zone_size` bytes, in a directory of its own.
+    fn image_of_8_zones(zone_size: u64) -> (tempfile::TempDir, PathBuf, ImageDevice) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("i");
         let g = Geometry {
             zone_count: 8,
-            zone_size: 8 << 20,
-            zone_capacity: 8 << 20,
+            zone_size,
+            zone_capacity: zone_size,
             ..geo()
         };
         let d = ImageDevice::create(&path, g, opts(IoMode::Auto)).unwrap();
-        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        (dir, path, d)
+    }
+
+    /// Bytes the host file system holds for the file at `path`.
+    fn allocated_bytes(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn a_zone_that_moved_a_megabyte_since_the_last_sync_is_not_prepared() {
+        let (_dir, path, d) = image_of_8_zones(8 << 20);
+        let allocated = || allocated_bytes(&path);
         // A stream writing a megabyte or more between syncs: its next bytes would overtake
         // any zeros, so the sync leaves its zone as it is.
         let big = vec![3u8; PREPARE_AHEAD as usize];
@@ -1520,17 +1531,8 @@ mod tests {
 
     #[test]
     fn sync_prepares_blocks_past_the_write_pointer() {
-        use std::os::unix::fs::MetadataExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("i");
-        let g = Geometry {
-            zone_count: 8,
-            zone_size: 4 << 20,
-            zone_capacity: 4 << 20,
-            ..geo()
-        };
-        let d = ImageDevice::create(&path, g, opts(IoMode::Auto)).unwrap();
-        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let (_dir, path, d) = image_of_8_zones(4 << 20);
+        let allocated = || allocated_bytes(&path);
         d.write(2, 0, &block(5)).unwrap();
         let before = allocated();
         d.sync().unwrap();
