@@ -93,7 +93,6 @@ impl IoEngine {
         let ring =
             match mode {
                 IoMode::Sync => None,
-                IoMode::Auto if std::env::var_os("VALET_IO_AUTO_SYNC").is_some() => None,
                 IoMode::Auto => setup_ring().ok(),
                 IoMode::Uring => Some(setup_ring().map_err(|e| {
                     io::Error::new(e.kind(), format!("io_uring is unavailable: {e}"))
