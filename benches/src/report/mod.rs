@@ -62,7 +62,7 @@ pub struct Results {
     pub waf: Result<Vec<sweeps::WafPoint>, String>,
     pub cache_guest: Option<&'static str>,
     pub cache: Vec<sweeps::CachePoint>,
-    pub tenants: Result<Vec<tenants::TenantResult>, String>,
+    pub tenants: Result<tenants::Pair, String>,
     /// The one-flush limit and the grouped-sync runs.
     pub synced: synced::Synced,
     /// The unsynced tail targets over several rounds.

@@ -67,6 +67,9 @@ pub struct Outcome {
     pub stdout: String,
     pub stderr: String,
     pub wall: Duration,
+    /// CPU time (user and system) of the run's process and all its threads; `None` when it
+    /// was killed for its time limit.
+    pub cpu: Option<Duration>,
     /// The store's accounting (valet-run only).
     pub stats: Option<Stats>,
     /// The store's device directory (valet-run only).
@@ -198,9 +201,9 @@ impl Runner {
             .stderr(file(&err_path)?);
         let start = Instant::now();
         let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-                break Some(status);
+        let ended = loop {
+            if let Some(ended) = reap(&child)? {
+                break Some(ended);
             }
             if start.elapsed() > self.timeout {
                 // Our own child, by its id.
@@ -214,8 +217,8 @@ impl Runner {
         let read =
             |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
         let mut stderr = read(&err_path);
-        let code = match status {
-            Some(s) => s.code().unwrap_or(-1),
+        let code = match ended {
+            Some((code, _)) => code,
             None => {
                 stderr.push_str(&format!("killed after {} s\n", self.timeout.as_secs()));
                 -1
@@ -229,10 +232,37 @@ impl Runner {
             stdout: read(&out_path),
             stderr,
             wall,
+            cpu: ended.map(|(_, cpu)| cpu),
             stats,
             device,
             _dir: dir,
         })
+    }
+}
+
+/// The exit code (-1 for a signal) and CPU time of `child` if it has ended, reaped with
+/// `wait4` for its resource usage (`Child::try_wait` gives no rusage).
+fn reap(child: &std::process::Child) -> Result<Option<(i32, Duration)>, String> {
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage; wait4 fills it for our own child's id.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: a non-blocking wait for our own child, with pointers to locals.
+    let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+    match got {
+        0 => Ok(None),
+        p if p == pid => {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                -1
+            };
+            let time = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+            };
+            Ok(Some((code, time(usage.ru_utime) + time(usage.ru_stime))))
+        }
+        _ => Err(format!("wait4: {}", std::io::Error::last_os_error())),
     }
 }
 

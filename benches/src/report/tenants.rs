@@ -2,12 +2,18 @@
 //! (`valet-run --tenants`), against each of them alone on the same kind of device; the same
 //! pair as two `valet-run` processes at once, each on a device of its own, which shows what
 //! sharing the machine's cores costs Valet without any shared store; and the pair as two
-//! stock wasmtime processes on host directories, at once against alone.
+//! stock wasmtime processes on host directories, at once against alone; and that stock pair
+//! again on a memory file system (`/dev/shm`), where no disk is involved at all: what two busy
+//! guests cost each other on this machine's cores alone. Each run's CPU time over its wall
+//! time says how many cores it kept busy, alone and together.
 
 use std::path::Path;
+use std::time::Duration;
+
+use tempfile::TempDir;
 
 use super::parse::{self, Measurement};
-use super::runners::{Runner, MOUNT};
+use super::runners::{Outcome, Runner, MOUNT};
 use super::workloads::Workload;
 
 /// One tenant's workloads alone and together.
@@ -23,6 +29,40 @@ pub struct TenantResult {
     /// when a stock run failed).
     pub stock_alone: Vec<Measurement>,
     pub stock_together: Vec<Measurement>,
+    /// The stock pair on a memory file system (empty where there is none or a run failed).
+    pub memory_alone: Vec<Measurement>,
+    pub memory_together: Vec<Measurement>,
+    /// Cores this tenant's run kept busy alone (CPU time over wall time), under
+    /// `valet-run` and under stock.
+    pub cores_alone: Option<f64>,
+    pub stock_cores_alone: Option<f64>,
+}
+
+/// Cores the runs together kept busy (all processes' CPU time over the longest wall time).
+pub struct PairCores {
+    pub valet: Option<f64>,
+    pub stock: Option<f64>,
+}
+
+/// The pair's results.
+pub struct Pair {
+    pub tenants: Vec<TenantResult>,
+    pub together_cores: PairCores,
+}
+
+/// A memory file system to put the memory runs' directories in, if this machine has one.
+const MEMORY_FS: &str = "/dev/shm";
+
+/// Cores kept busy by runs that took `cpu` in all over `wall`.
+fn cores(cpu: Option<Duration>, wall: Duration) -> Option<f64> {
+    cpu.map(|c| c.as_secs_f64() / wall.as_secs_f64().max(1e-9))
+}
+
+/// One run's measurements and the cores it kept busy.
+struct Run {
+    measurements: Vec<Measurement>,
+    cpu: Option<Duration>,
+    wall: Duration,
 }
 
 /// The `[[tenant]]` table of `w` named `name`.
@@ -36,106 +76,157 @@ fn tenant_toml(name: &str, w: &Workload) -> String {
     )
 }
 
-fn run_toml(runner: &Runner, file: &Path, text: &str, zones: u32) -> Result<String, String> {
+fn run_toml(runner: &Runner, file: &Path, text: &str, zones: u32) -> Result<Run, String> {
     std::fs::write(file, text).map_err(|e| format!("{}: {e}", file.display()))?;
     let out = runner.valet(&["--tenants".into(), file.display().to_string()], zones)?;
     if out.code != 0 {
         return Err(out.why());
     }
-    Ok(out.stdout)
+    Ok(Run::of(&out))
+}
+
+impl Run {
+    fn of(out: &Outcome) -> Run {
+        Run {
+            measurements: parse::parse(&out.stdout),
+            cpu: out.cpu,
+            wall: out.wall,
+        }
+    }
+
+    fn failed() -> Run {
+        Run {
+            measurements: Vec::new(),
+            cpu: None,
+            wall: Duration::ZERO,
+        }
+    }
+
+    fn cores(&self) -> Option<f64> {
+        cores(self.cpu, self.wall)
+    }
+}
+
+/// Cores kept busy by runs made at once.
+fn cores_together(runs: &[Run]) -> Option<f64> {
+    let cpu = runs.iter().map(|r| r.cpu).sum::<Option<Duration>>();
+    cores(cpu, runs.iter().map(|r| r.wall).max()?)
 }
 
 /// Runs each tenant alone, then all at once. Tenants' stdout interleaves line by line in
 /// the shared run, so a workload line is credited to the tenant whose lone run printed a
 /// workload of that name.
-pub fn run(
-    runner: &Runner,
-    tenants: &[(&str, Workload)],
-    zones: u32,
-) -> Result<Vec<TenantResult>, String> {
+pub fn run(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Result<Pair, String> {
+    let memory = memory_runner(runner);
+    let memory = memory.as_ref().map(|(_, r)| r);
     let mut results = Vec::new();
     let mut all = String::new();
     for (name, w) in tenants {
         let text = tenant_toml(name, w);
         let file = runner.work.join(format!("tenant-{name}.toml"));
-        let alone = parse::parse(&run_toml(runner, &file, &text, zones)?);
+        let alone = run_toml(runner, &file, &text, zones)?;
         all.push_str(&text);
+        let stock_alone = stock(runner, w);
+        let memory_alone = memory.map_or_else(Run::failed, |m| stock(m, w));
         results.push(TenantResult {
             tenant: name.to_string(),
             guest: w.guest,
-            alone,
+            cores_alone: alone.cores(),
+            alone: alone.measurements,
             together: Vec::new(),
             apart: Vec::new(),
-            stock_alone: stock(runner, w),
+            stock_cores_alone: stock_alone.cores(),
+            stock_alone: stock_alone.measurements,
             stock_together: Vec::new(),
+            memory_alone: memory_alone.measurements,
+            memory_together: Vec::new(),
         });
     }
-    let together = parse::parse(&run_toml(
-        runner,
-        &runner.work.join("tenants.toml"),
-        &all,
-        zones,
-    )?);
-    for m in together {
+    let together = run_toml(runner, &runner.work.join("tenants.toml"), &all, zones)?;
+    for m in &together.measurements {
         if let Some(r) = results
             .iter_mut()
             .find(|r| r.alone.iter().any(|a| a.name == m.name))
         {
-            r.together.push(m);
+            r.together.push(m.clone());
         }
     }
-    let apart: Vec<Vec<Measurement>> = std::thread::scope(|scope| {
-        let runs: Vec<_> = tenants
-            .iter()
-            .map(|(name, w)| {
-                let file = runner.work.join(format!("apart-{name}.toml"));
-                let text = tenant_toml(name, w);
-                scope.spawn(move || run_toml(runner, &file, &text, zones))
-            })
-            .collect();
-        runs.into_iter()
-            .map(|r| match r.join() {
-                Ok(Ok(out)) => parse::parse(&out),
-                Ok(Err(e)) => {
-                    eprintln!("report: a tenant in its own valet-run: {e}");
-                    Vec::new()
-                }
-                Err(_) => Vec::new(),
-            })
-            .collect()
+    let apart: Vec<Run> = at_once(tenants, |(name, w)| {
+        let file = runner.work.join(format!("apart-{name}.toml"));
+        run_toml(runner, &file, &tenant_toml(name, w), zones).unwrap_or_else(|e| {
+            eprintln!("report: a tenant in its own valet-run: {e}");
+            Run::failed()
+        })
     });
     for (r, m) in results.iter_mut().zip(apart) {
-        r.apart = m;
+        r.apart = m.measurements;
     }
-    let together: Vec<Vec<Measurement>> = std::thread::scope(|scope| {
-        let runs: Vec<_> = tenants
-            .iter()
-            .map(|(_, w)| scope.spawn(|| stock(runner, w)))
-            .collect();
-        runs.into_iter()
-            .map(|r| r.join().unwrap_or_default())
-            .collect()
-    });
-    for (r, m) in results.iter_mut().zip(together) {
-        r.stock_together = m;
+    let stock_together = at_once(tenants, |(_, w)| stock(runner, w));
+    let stock_cores = cores_together(&stock_together);
+    for (r, m) in results.iter_mut().zip(stock_together) {
+        r.stock_together = m.measurements;
     }
-    Ok(results)
+    if let Some(memory) = memory {
+        for (r, m) in results
+            .iter_mut()
+            .zip(at_once(tenants, |(_, w)| stock(memory, w)))
+        {
+            r.memory_together = m.measurements;
+        }
+    }
+    Ok(Pair {
+        tenants: results,
+        together_cores: PairCores {
+            valet: together.cores(),
+            stock: stock_cores,
+        },
+    })
 }
 
-/// `w` under stock wasmtime on a fresh host directory: its measurements, none on failure.
-fn stock(runner: &Runner, w: &Workload) -> Vec<Measurement> {
+/// `f` for every tenant, each on a thread of its own, all at once.
+fn at_once<'a>(
+    tenants: &'a [(&'a str, Workload)],
+    f: impl Fn(&'a (&'a str, Workload)) -> Run + Sync,
+) -> Vec<Run> {
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = tenants.iter().map(|t| scope.spawn(|| f(t))).collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or_else(|_| Run::failed()))
+            .collect()
+    })
+}
+
+/// A runner like `runner` whose scratch directories go in a new directory on
+/// [`MEMORY_FS`] (removed with the returned guard), if there is one.
+fn memory_runner(runner: &Runner) -> Option<(TempDir, Runner)> {
+    let dir = tempfile::Builder::new()
+        .prefix("valet-report-")
+        .tempdir_in(MEMORY_FS)
+        .ok()?;
+    let memory = Runner {
+        valet_run: runner.valet_run.clone(),
+        self_exe: runner.self_exe.clone(),
+        work: dir.path().to_path_buf(),
+        timeout: runner.timeout,
+    };
+    Some((dir, memory))
+}
+
+/// `w` under stock wasmtime on a fresh host directory of `runner`'s; no measurements on
+/// failure.
+fn stock(runner: &Runner, w: &Workload) -> Run {
     let Some(wasm) = valet_guests::wasm(w.guest) else {
-        return Vec::new();
+        return Run::failed();
     };
     match runner.stock(wasm, &w.args_for(MOUNT)) {
-        Ok(out) if out.code == 0 => parse::parse(&out.stdout),
+        Ok(out) if out.code == 0 => Run::of(&out),
         Ok(out) => {
             eprintln!("report: stock {}: {}", w.guest, out.why());
-            Vec::new()
+            Run::failed()
         }
         Err(e) => {
             eprintln!("report: stock {}: {e}", w.guest);
-            Vec::new()
+            Run::failed()
         }
     }
 }

@@ -768,18 +768,15 @@ fn cache_sweep(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) 
 }
 
 /// `report tenants`: the multi-tenant section on its own, as markdown.
-pub fn tenants_section(
-    results: &Result<Vec<super::tenants::TenantResult>, String>,
-    scale: Scale,
-) -> String {
+pub fn tenants_section(results: &Result<super::tenants::Pair, String>, scale: Scale) -> String {
     let mut doc = section_doc("Valet tenants", "tenants", scale);
     tenants(results, &mut doc);
     doc.render().to_string()
 }
 
-fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mut Doc) {
+fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
     doc.heading(2, "Multi-tenant: LSM and cache guests on one device");
-    let results = match results {
+    let pair = match pair {
         Ok(t) => t,
         Err(e) => {
             doc.paragraph(&format!("Skipped: {e}"));
@@ -795,7 +792,10 @@ fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mu
          own: nothing of the store is shared, so its ratio to alone is what sharing this \
          machine's cores and disk costs Valet. The stock columns run the same two guests as \
          two stock wasmtime processes, each on its own host directory, alone and then at \
-         once."
+         once; \"stock on memory\" does the same with the directories on a memory file \
+         system (`/dev/shm`): no disk at all, so its ratio is what two busy guests cost each \
+         other on this machine's cores alone. The last ratio is Valet's P99.99 together over \
+         stock's together: the two guests side by side under either."
     ));
     let mut t = Table::new(&[
         "tenant",
@@ -810,6 +810,8 @@ fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mu
         "stock P99.99 alone",
         "stock P99.99 together",
         "stock ratio",
+        "stock on memory ratio",
+        "together against stock together",
         "verdict",
     ]);
     let p9999 = |ms: &[Measurement], name: &str| {
@@ -818,7 +820,7 @@ fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mu
             .and_then(|m| m.percentiles)
             .map(|p| p.p9999)
     };
-    for tr in results {
+    for tr in &pair.tenants {
         for alone in &tr.alone {
             let together = tr.together.iter().find(|m| m.name == alone.name);
             let (pa, pt) = (
@@ -830,6 +832,10 @@ fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mu
             let (sa, st) = (
                 p9999(&tr.stock_alone, &alone.name),
                 p9999(&tr.stock_together, &alone.name),
+            );
+            let (ma, mt) = (
+                p9999(&tr.memory_alone, &alone.name),
+                p9999(&tr.memory_together, &alone.name),
             );
             t.row(vec![
                 format!("{} ({})", tr.tenant, tr.guest),
@@ -844,10 +850,57 @@ fn tenants(results: &Result<Vec<super::tenants::TenantResult>, String>, doc: &mu
                 num(sa),
                 num(st),
                 ratio(sa.zip(st).map(|(a, t)| t / a)),
+                ratio(ma.zip(mt).map(|(a, t)| t / a)),
+                ratio(pt.zip(st).map(|(t, s)| t / s)),
                 verdict(rel.map(|x| x <= TENANT_P9999)).into(),
             ]);
         }
     }
+    doc.table(&t);
+    tenant_cores(pair, doc);
+}
+
+/// How many cores each tenant kept busy alone, and the pair together, against the
+/// machine's: a pair that asks for more cores than there are must wait for them.
+fn tenant_cores(pair: &super::tenants::Pair, doc: &mut Doc) {
+    let cores = |c: Option<f64>| c.map_or("–".to_string(), |c| format!("{c:.2}"));
+    let sum = |f: fn(&super::tenants::TenantResult) -> Option<f64>| {
+        pair.tenants.iter().map(f).sum::<Option<f64>>()
+    };
+    let machine = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut t = Table::new(&["run", "valet-run", "stock"]);
+    for tr in &pair.tenants {
+        t.row(vec![
+            format!("{} alone", tr.tenant),
+            cores(tr.cores_alone),
+            cores(tr.stock_cores_alone),
+        ]);
+    }
+    t.row(vec![
+        "sum of the two alone".into(),
+        cores(sum(|tr| tr.cores_alone)),
+        cores(sum(|tr| tr.stock_cores_alone)),
+    ]);
+    t.row(vec![
+        "together".into(),
+        cores(pair.together_cores.valet),
+        cores(pair.together_cores.stock),
+    ]);
+    let asked = |c: Option<f64>| match c {
+        Some(c) if c > machine as f64 => format!("{c:.2} cores (more than the machine's)"),
+        Some(c) => format!("{c:.2} cores"),
+        None => "an unmeasured number of cores".into(),
+    };
+    doc.paragraph(&format!(
+        "Cores kept busy (CPU time, user and system, over wall time) on this {machine}-core \
+         machine. Under `valet-run` a guest's full buffers are copied into the device by the \
+         store's writer thread, which can run on another core; under stock the guest copies \
+         them itself. The two tenants alone add up to {} under `valet-run` and {} under \
+         stock: what the pair asks for while both run. The together row averages over \
+         the whole run, the time after the shorter tenant ended included.",
+        asked(sum(|tr| tr.cores_alone)),
+        asked(sum(|tr| tr.stock_cores_alone)),
+    ));
     doc.table(&t);
 }
 
