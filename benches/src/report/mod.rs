@@ -30,6 +30,8 @@ use workloads::{Scale, Workload};
 
 /// The workload after whose runs the one-flush limit is measured.
 const SYNC_ROW: &str = "leveldb sync";
+/// Rounds of the multi-tenant comparison; its figures are medians over them.
+const TENANT_ROUNDS: usize = 3;
 
 /// What one configuration of one workload gave.
 pub struct RunData {
@@ -232,7 +234,7 @@ fn tenants_main(args: &[String]) -> i32 {
     section_main(args, "tenants", |runner, scale| {
         let results = tenant_pair(scale)
             .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
-            .and_then(|pair| tenants::run(runner, &pair, scale.zones()));
+            .and_then(|pair| tenants::run(runner, &pair, scale.zones(), TENANT_ROUNDS));
         Ok(write::tenants_section(&results, scale))
     })
 }
@@ -312,7 +314,7 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     eprintln!("report: multi-tenant");
     let tenants = tenant_pair(scale)
         .ok_or_else(|| "no LSM guest or no cache guest built".to_string())
-        .and_then(|pair| tenants::run(&runner, &pair, scale.zones()));
+        .and_then(|pair| tenants::run(&runner, &pair, scale.zones(), TENANT_ROUNDS));
     eprintln!("report: one-flush limit and 430 B append + fdatasync, again");
     let again = synced::probes(&runner.work, scale);
     let groups = synced::groups(&runner, scale);

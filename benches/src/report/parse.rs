@@ -131,9 +131,81 @@ pub fn find_value(text: &str, key: &str) -> Option<f64> {
     })
 }
 
+/// Each workload of `rounds` (one guest's measurements per round, workloads named alike)
+/// with its rate and each percentile the median over the rounds that ran it (the upper one
+/// of an even count), in the order of the first round that has them.
+pub fn medians(rounds: &[Vec<Measurement>]) -> Vec<Measurement> {
+    let Some(first) = rounds.iter().find(|r| !r.is_empty()) else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|m| {
+            let same: Vec<&Measurement> = rounds
+                .iter()
+                .filter_map(|r| r.iter().find(|o| o.name == m.name))
+                .collect();
+            let of = |f: &dyn Fn(&Measurement) -> Option<f64>| {
+                let v: Vec<f64> = same.iter().filter_map(|o| f(o)).collect();
+                (!v.is_empty()).then(|| super::median(&v))
+            };
+            let pct = |f: fn(&Percentiles) -> f64| of(&|o| o.percentiles.as_ref().map(f));
+            let percentiles = match (
+                pct(|p| p.p50),
+                pct(|p| p.p99),
+                pct(|p| p.p999),
+                pct(|p| p.p9999),
+            ) {
+                (Some(p50), Some(p99), Some(p999), Some(p9999)) => Some(Percentiles {
+                    p50,
+                    p99,
+                    p999,
+                    p9999,
+                }),
+                _ => None,
+            };
+            Measurement {
+                name: m.name.clone(),
+                micros_per_op: of(&|o| Some(o.micros_per_op)).unwrap_or(m.micros_per_op),
+                ops_per_sec: of(&|o| Some(o.ops_per_sec())),
+                extras: m.extras.clone(),
+                percentiles,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn medians_take_each_workload_over_the_rounds_that_ran_it() {
+        let round = |p9999: f64, ops: u32, with_get: bool| {
+            let mut text = format!(
+                "fillseq : 3.0 micros/op; {ops} ops/sec;\n\
+                 Percentiles (micros): P50: 2 P99: 10 P99.9: 40 P99.99: {p9999}\n"
+            );
+            if with_get {
+                text.push_str("get : 9.0 micros/op; 1000 ops/sec;\n");
+            }
+            parse(&text)
+        };
+        let got = medians(&[
+            round(300.0, 100, true),
+            Vec::new(),
+            round(100.0, 300, false),
+            round(200.0, 200, true),
+        ]);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].name, "fillseq");
+        assert_eq!(got[0].percentiles.unwrap().p9999, 200.0);
+        assert_eq!(got[0].ops_per_sec(), 200.0);
+        assert_eq!(got[1].name, "get");
+        assert_eq!(got[1].percentiles, None);
+        assert_eq!(got[1].ops_per_sec(), 1000.0);
+        assert!(medians(&[Vec::new()]).is_empty());
+    }
 
     const OUT: &str = "\
 LevelDB:    version 1.22

@@ -5,7 +5,8 @@
 //! stock wasmtime processes on host directories, at once against alone; and that stock pair
 //! again on a memory file system (`/dev/shm`), where no disk is involved at all: what two busy
 //! guests cost each other on this machine's cores alone. Each run's CPU time over its wall
-//! time says how many cores it kept busy, alone and together.
+//! time says how many cores it kept busy, alone and together. The whole comparison runs
+//! several rounds, and every figure is its median over them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -44,10 +45,11 @@ pub struct PairCores {
     pub stock: Option<f64>,
 }
 
-/// The pair's results.
+/// The pair's results: medians over `rounds` rounds.
 pub struct Pair {
     pub tenants: Vec<TenantResult>,
     pub together_cores: PairCores,
+    pub rounds: usize,
 }
 
 /// A memory file system to put the memory runs' directories in, if this machine has one.
@@ -113,10 +115,63 @@ fn cores_together(runs: &[Run]) -> Option<f64> {
     cores(cpu, runs.iter().map(|r| r.wall).max()?)
 }
 
+/// Runs the whole comparison `rounds` times and gives each figure's median over the rounds
+/// (a tail of one run says little on a shared machine).
+pub fn run(
+    runner: &Runner,
+    tenants: &[(&str, Workload)],
+    zones: u32,
+    rounds: usize,
+) -> Result<Pair, String> {
+    let pairs = (0..rounds.max(1))
+        .map(|round| {
+            eprintln!("report: multi-tenant, round {} of {rounds}", round + 1);
+            run_round(runner, tenants, zones)
+        })
+        .collect::<Result<Vec<Pair>, String>>()?;
+    let median_of = |f: &dyn Fn(&Pair) -> Option<f64>| {
+        let v: Vec<f64> = pairs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| super::median(&v))
+    };
+    let tenants = (0..pairs[0].tenants.len())
+        .map(|i| {
+            let of = |f: fn(&TenantResult) -> &Vec<Measurement>| {
+                parse::medians(
+                    &pairs
+                        .iter()
+                        .map(|p| f(&p.tenants[i]).clone())
+                        .collect::<Vec<_>>(),
+                )
+            };
+            TenantResult {
+                tenant: pairs[0].tenants[i].tenant.clone(),
+                guest: pairs[0].tenants[i].guest,
+                alone: of(|t| &t.alone),
+                together: of(|t| &t.together),
+                apart: of(|t| &t.apart),
+                stock_alone: of(|t| &t.stock_alone),
+                stock_together: of(|t| &t.stock_together),
+                memory_alone: of(|t| &t.memory_alone),
+                memory_together: of(|t| &t.memory_together),
+                cores_alone: median_of(&|p| p.tenants[i].cores_alone),
+                stock_cores_alone: median_of(&|p| p.tenants[i].stock_cores_alone),
+            }
+        })
+        .collect();
+    Ok(Pair {
+        tenants,
+        together_cores: PairCores {
+            valet: median_of(&|p| p.together_cores.valet),
+            stock: median_of(&|p| p.together_cores.stock),
+        },
+        rounds: pairs.len(),
+    })
+}
+
 /// Runs each tenant alone, then all at once. Tenants' stdout interleaves line by line in
 /// the shared run, so a workload line is credited to the tenant whose lone run printed a
 /// workload of that name.
-pub fn run(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Result<Pair, String> {
+fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Result<Pair, String> {
     let memory = memory_runner(runner);
     let memory = memory.as_ref().map(|(_, r)| r);
     let mut results = Vec::new();
@@ -180,6 +235,7 @@ pub fn run(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Result<
             valet: together.cores(),
             stock: stock_cores,
         },
+        rounds: 1,
     })
 }
 

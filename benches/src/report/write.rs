@@ -785,17 +785,19 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
     };
     doc.paragraph(&format!(
         "Both guests as tenants of one `valet-run --tenants` process on one device, against \
-         each alone (a one-tenant file on the same geometry). Target: P99.99 together ≤ \
-         {TENANT_P9999}× alone. Tenants' stdout interleaves line by line, so a percentile \
-         line could in principle be credited to the other tenant's workload line. \"Apart\" \
-         runs the two tenants at once as two `valet-run` processes, each on a device of its \
-         own: nothing of the store is shared, so its ratio to alone is what sharing this \
-         machine's cores and disk costs Valet. The stock columns run the same two guests as \
-         two stock wasmtime processes, each on its own host directory, alone and then at \
-         once; \"stock on memory\" does the same with the directories on a memory file \
-         system (`/dev/shm`): no disk at all, so its ratio is what two busy guests cost each \
-         other on this machine's cores alone. The last ratio is Valet's P99.99 together over \
-         stock's together: the two guests side by side under either."
+         each alone (a one-tenant file on the same geometry). Every figure is the median over \
+         {} rounds of the whole comparison. Target: P99.99 together ≤ {TENANT_P9999}× alone. \
+         Tenants' stdout interleaves line by line, so a percentile line could in principle \
+         be credited to the other tenant's workload line. \"Apart\" runs the two tenants at \
+         once as two `valet-run` processes, each on a device of its own: nothing of the store \
+         is shared, so its ratio to alone is what sharing this machine's cores and disk costs \
+         Valet. The stock columns run the same two guests as two stock wasmtime processes, \
+         each on its own host directory, alone and then at once; \"stock on memory\" does \
+         the same with the directories on a memory file system (`/dev/shm`): no disk at all, \
+         so its ratio is what two busy guests cost each other on this machine's cores alone. \
+         The last ratio is Valet's P99.99 together over stock's together: the two guests \
+         side by side under either.",
+        pair.rounds
     ));
     let mut t = Table::new(&[
         "tenant",
