@@ -134,7 +134,7 @@ pub fn find_value(text: &str, key: &str) -> Option<f64> {
 /// Each workload of `rounds` (one guest's measurements per round, workloads named alike)
 /// with its rate and each percentile the median over the rounds that ran it (the upper one
 /// of an even count), in the order of the first round that has them.
-pub fn medians(rounds: &[Vec<Measurement>]) -> Vec<Measurement> {
+pub fn medians(rounds: &[&[Measurement]]) -> Vec<Measurement> {
     let Some(first) = rounds.iter().find(|r| !r.is_empty()) else {
         return Vec::new();
     };
@@ -191,12 +191,13 @@ mod tests {
             }
             parse(&text)
         };
-        let got = medians(&[
+        let rounds = [
             round(300.0, 100, true),
             Vec::new(),
             round(100.0, 300, false),
             round(200.0, 200, true),
-        ]);
+        ];
+        let got = medians(&rounds.iter().map(Vec::as_slice).collect::<Vec<_>>());
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].name, "fillseq");
         assert_eq!(got[0].percentiles.unwrap().p9999, 200.0);
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(got[1].name, "get");
         assert_eq!(got[1].percentiles, None);
         assert_eq!(got[1].ops_per_sec(), 1000.0);
-        assert!(medians(&[Vec::new()]).is_empty());
+        assert!(medians(&[&[]]).is_empty());
     }
 
     const OUT: &str = "\

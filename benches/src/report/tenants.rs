@@ -123,7 +123,8 @@ pub fn run(
     zones: u32,
     rounds: usize,
 ) -> Result<Pair, String> {
-    let pairs = (0..rounds.max(1))
+    let rounds = rounds.max(1);
+    let pairs = (0..rounds)
         .map(|round| {
             eprintln!("report: multi-tenant, round {} of {rounds}", round + 1);
             run_round(runner, tenants, zones)
@@ -139,7 +140,7 @@ pub fn run(
                 parse::medians(
                     &pairs
                         .iter()
-                        .map(|p| f(&p.tenants[i]).clone())
+                        .map(|p| f(&p.tenants[i]).as_slice())
                         .collect::<Vec<_>>(),
                 )
             };

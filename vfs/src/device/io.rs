@@ -13,10 +13,13 @@
 //! the ring, LevelDB's fillrandom 4.8–6.2 against 5.5–6.7 ms, but the cache's gets
 //! 0.40–0.57 against 0.39–0.43 ms. RocksDB's unsynced fills and overwrite (500,000 keys,
 //! four rounds each): 165–180k and 136–140k ops/s against 147–169k and 88–137k, P99.99
-//! level. The cost, not yet understood: the same pair as two `valet-run` processes, each
-//! on an image of its own, gave the cache's gets a P99.99 of 1.8–2.3 ms with plain writes
-//! against 0.65–0.76 ms through the ring (three alternating rounds each); `--io uring`
-//! is the choice for several `valet-run` processes sharing a machine's cores.
+//! level. The cost: the same pair as two `valet-run` processes, each on an image of its
+//! own, gave the cache's gets a P99.99 of 1.8–2.3 ms with plain writes against 0.61–0.76
+//! ms through the ring. A scheduler trace showed why: with plain writes each process's
+//! writer took its own guest's core for over a millisecond 70-odd times a run to copy
+//! buffers, where the ring's workers ran while the guests slept. In one process (tenants)
+//! guests lost their core that way 16–27 times a run in either mode, so `--io uring` is the
+//! choice only for several `valet-run` processes sharing a machine's cores.
 
 use std::fmt;
 use std::fs::File;
