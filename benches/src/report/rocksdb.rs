@@ -390,9 +390,14 @@ fn median_bench(runs: &[Run], setup: Setup, pass: Pass, name: &str) -> Option<(B
 /// markdown.
 pub fn section(runner: &Runner, scale: Scale) -> String {
     let mut runs = Vec::new();
+    let mut first = 0;
     for pass in Pass::ALL {
         for round in 0..pass.rounds() {
-            for setup in Setup::ALL {
+            // Each round starts with the next setup, so that whatever the machine carries
+            // over from one run to the next does not always land on the same setup.
+            let order = Setup::ALL.iter().cycle().skip(first).take(Setup::ALL.len());
+            first = (first + 1) % Setup::ALL.len();
+            for &setup in order {
                 eprintln!(
                     "report: rocksdb db_bench ({pass:?}, round {}) under {}",
                     round + 1,
@@ -633,7 +638,8 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
         md,
         "## RocksDB 11.8.1 db_bench (`--scale {}`)\n\n20 B keys, 400 B values, no compression, \
          4 MiB memtables, one thread; ops/s and latency percentiles in µs as db_bench reports \
-         them. The unsynced pass runs {} times, the setups taking turns in each round, and \
+         them. The unsynced pass runs {} times, the setups taking turns in each round (each round \
+         starting with the next setup), and \
          its cells are medians over the rounds (each round's ops/s in the last column); the \
          other passes run once: mind the noise. The stock wasmtime 36 CLI is the last stock \
          CLI with wasi-threads (47 removed them; RocksDB cannot run without threads). \
