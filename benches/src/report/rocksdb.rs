@@ -431,9 +431,9 @@ const FILL_ZONE_MIB: u64 = 4;
 /// capacity (3 MiB a zone) and more with this many 420-byte entries (at 52 zones for
 /// 150,000 they reached 93 % and RocksDB failed with ENOSPC). A larger database carries
 /// less space overhead, so `full` has fewer zones per key: at 180 zones its files peaked at
-/// 75–81 %, where `rocks` and `default` both moved almost nothing; at 160 they peak at
-/// 85–88 % and the policies part (by hand: GC 12–42 MiB under `rocks` against 176–203 MiB
-/// under `default`).
+/// 75–81 %, where `rocks` and `default` both moved almost nothing; at 160 they peaked at
+/// 83–89 % and the policies parted (GC 12–42 MiB under `rocks` against 176–216 MiB under
+/// `default`, over six runs).
 fn fill_shape(scale: Scale) -> (u32, u64) {
     match scale {
         Scale::Small => (60, 150_000),
