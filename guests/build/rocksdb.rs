@@ -7,6 +7,9 @@
 //! files. RocksDB stays unmodified but for `rocksdb/patches/*.patch` (applied to copies), with
 //! a force-included port header (`rocksdb/port/wasi_port.h`) for the POSIX names WASI lacks.
 //!
+//! On request (`VALET_ROCKSDB_REPORT=1`) it also builds the comparison report's db_bench as
+//! RocksDB's release build, for WASI and natively ([`report_db_bench`], [`native_db_bench`]).
+//!
 //! A cold build compiles about 420 files (roughly 10 minutes on 2 cores), so objects and
 //! programs are cached outside the target directory, in the same cache as the sysroot
 //! (`~/.cache/valet-rocksdb/build-<hash of compiler, sysroot and flags>`): `cargo clean`, a
@@ -207,7 +210,16 @@ pub fn build(ctx: &mut Ctx) {
     }
     compile_all(jobs);
 
-    // Native db_bench for the report: db_bench's sources but our WASI runtime pieces.
+    // The report's db_bench, as RocksDB's release build (see `report_flags`): for WASI,
+    // and natively with db_bench's sources but our WASI runtime pieces.
+    let report_wasm = report_db_bench(
+        &cache,
+        &report_flags(flags.clone()),
+        [&clang_version, &stamp],
+        &source,
+        &ours,
+        &programs[0].2,
+    );
     let native_sources: Vec<PathBuf> = programs[0]
         .2
         .iter()
@@ -229,14 +241,111 @@ pub fn build(ctx: &mut Ctx) {
         if relink {
             link(&flags, &objects, &wasm);
         }
-        let native = (name == "rocksdb").then(|| native.clone()).flatten();
         ctx.guests.push(Guest {
             name,
             doc,
             wasm,
+            native: None,
+        });
+    }
+    if let Some(wasm) = report_wasm {
+        ctx.guests.push(Guest {
+            name: REPORT_DB_BENCH.into(),
+            doc: "RocksDB 11.8.1's db_bench as RocksDB's release build (`NDEBUG`), for the \
+                  comparison report; built with `VALET_ROCKSDB_REPORT=1` only."
+                .into(),
+            wasm,
             native,
         });
     }
+}
+
+/// The report's db_bench: built only on request, as is its native twin (the name is the
+/// lookup name of both).
+const REPORT_DB_BENCH: &str = "rocksdb_release";
+
+/// The environment variable that asks for the report's builds (`.ci/setup-rocksdb-report`).
+const REPORT_BUILDS: &str = "VALET_ROCKSDB_REPORT";
+
+fn report_builds_requested() -> bool {
+    println!("cargo:rerun-if-env-changed={REPORT_BUILDS}");
+    std::env::var_os(REPORT_BUILDS).is_some_and(|v| v == "1")
+}
+
+/// The flags of the report's builds: the guest's, plus `NDEBUG` as in RocksDB's own release
+/// build (`make release`). Without it every assert runs, and every kill point
+/// (`TEST_KILL_RANDOM`, two on each `WritableFileWriter::Append`) builds two `std::string`s on
+/// the heap: a profile of `fillrandom` under `valet-run` put 18 % of the time in wasi-libc's
+/// malloc and free, half of it from those appends. The tests need the debug build's sync
+/// points, so they keep it.
+fn report_flags(mut flags: Vec<String>) -> Vec<String> {
+    flags.push("-DNDEBUG".into());
+    flags
+}
+
+/// db_bench for WASI with the report's flags, in a build directory of its own (objects
+/// compiled with and without `NDEBUG` must not meet in one program). About 10 minutes on 2
+/// cores, so only on request; otherwise a cached build of this recipe is used if there is
+/// one.
+fn report_db_bench(
+    cache: &Path,
+    flags: &[String],
+    [clang_version, sysroot_stamp]: [&str; 2],
+    source: &Path,
+    ours: &Path,
+    sources: &[PathBuf],
+) -> Option<PathBuf> {
+    let requested = report_builds_requested();
+    let key = format!(
+        "{:016x}",
+        fnv1a(&[
+            clang_version,
+            sysroot_stamp,
+            &recipe(flags, ours),
+            SOURCE_VERSION,
+            "report-v1"
+        ])
+    );
+    let build_dir = cache.join(format!("report-{key}"));
+    let wasm = build_dir
+        .join("bin")
+        .join(format!("{REPORT_DB_BENCH}.wasm"));
+    if !requested {
+        return wasm.exists().then_some(wasm);
+    }
+    let obj_dir = build_dir.join("obj");
+    fs::create_dir_all(&obj_dir).unwrap();
+    fs::create_dir_all(build_dir.join("bin")).unwrap();
+    let jobs: Vec<_> = sources
+        .iter()
+        .map(|src| (src, object_path(&obj_dir, source, ours, src)))
+        .filter(|(src, obj)| !fresh(obj, src))
+        .map(|(src, obj)| {
+            let mut command = Command::new("nice");
+            command.args(["-n", "5", CLANG]).args(flags).arg("-w");
+            (command, src.clone(), obj)
+        })
+        .collect();
+    if !jobs.is_empty() {
+        println!(
+            "cargo:warning=building the report's db_bench for WASI: {} of {} files to compile \
+             (in {})",
+            jobs.len(),
+            sources.len(),
+            build_dir.display()
+        );
+    }
+    compile_all(jobs);
+    let objects: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| object_path(&obj_dir, source, ours, s))
+        .collect();
+    let relink =
+        mtime(&wasm).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
+    if relink {
+        link(flags, &objects, &wasm);
+    }
+    Some(wasm)
 }
 
 /// `$VALET_ROCKSDB_CACHE`, else `$XDG_CACHE_HOME/valet-rocksdb`, else `~/.cache/valet-rocksdb`
@@ -261,8 +370,7 @@ fn compile_flags(sysroot: &Path, source: &Path, ours: &Path) -> Vec<String> {
         "-pthread".into(),
         "-O2".into(),
         // Without NDEBUG: RocksDB's tests need its sync points and TEST_ hooks, which exist
-        // only then, and one build serves the tests and db_bench (native RocksDB in the
-        // report is built the same way, so comparisons stay fair).
+        // only then. The report's db_bench, wasm and native, adds it (`report_flags`).
         "-std=c++20".into(),
         // Without wasm exception handling (stock wasmtime 36 cannot run it): a throw ends the
         // program (`port/wasi_runtime.cc`); none happens in the runs here.
@@ -295,7 +403,7 @@ fn compile_flags(sysroot: &Path, source: &Path, ours: &Path) -> Vec<String> {
 /// flags but the WASI target and its emulation, compiled by the same clang for the host with
 /// the host's libstdc++ and gflags (Debian's `libgflags-dev`, 2.2.2 as in the sysroot).
 ///
-/// About 20 CPU-minutes, so only on request: with `VALET_ROCKSDB_NATIVE=1` it is built (under
+/// About 20 CPU-minutes, so only on request: with `VALET_ROCKSDB_REPORT=1` it is built (under
 /// `nice`) into `<cache>/native-<hash>/db_bench`; otherwise a cached one of this recipe is
 /// used if there is one, and none is built (CI never builds it; `.ci/setup-rocksdb-report`
 /// does).
@@ -306,7 +414,6 @@ fn native_db_bench(
     sources: &[PathBuf],
     clang_version: &str,
 ) -> Option<PathBuf> {
-    println!("cargo:rerun-if-env-changed=VALET_ROCKSDB_NATIVE");
     // A native build finished by another cargo run (it renames its directory into the cache).
     println!("cargo:rerun-if-changed={}", cache.display());
     let flags = native_flags(source, ours);
@@ -324,7 +431,7 @@ fn native_db_bench(
     if exe.exists() {
         return Some(exe);
     }
-    if std::env::var_os("VALET_ROCKSDB_NATIVE").is_none_or(|v| v != "1") {
+    if !report_builds_requested() {
         return None;
     }
     let build_dir = cache.join(format!("native-{key}.build"));
@@ -372,11 +479,12 @@ fn native_db_bench(
     Some(exe)
 }
 
-/// The wasm flags for the host: the same optimisation, language, exceptions, RocksDB defines
-/// (POSIX port, still no OS_LINUX paths) and patches, without the WASI target and emulation.
+/// The report's wasm flags for the host: the same optimisation, language, exceptions,
+/// `NDEBUG`, RocksDB defines (POSIX port, still no OS_LINUX paths) and patches, without the
+/// WASI target and emulation.
 fn native_flags(source: &Path, ours: &Path) -> Vec<String> {
     let dummy = Path::new("/nonexistent-sysroot");
-    let mut flags: Vec<String> = compile_flags(dummy, source, ours)
+    let mut flags: Vec<String> = report_flags(compile_flags(dummy, source, ours))
         .into_iter()
         .filter(|f| {
             !f.starts_with("--target=")

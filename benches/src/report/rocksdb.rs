@@ -1,4 +1,4 @@
-//! RocksDB 11.8.1's own `db_bench` (guest `rocksdb`) side by side in one run: `valet-run`
+//! RocksDB 11.8.1's own `db_bench` (guest `rocksdb_release`, else `rocksdb`) side by side in one run: `valet-run`
 //! with the `rocks`, `default` and `one-stream` policies, the stock wasmtime 36 CLI with
 //! wasi-threads (the last stock CLI that runs them; 47 removed them) where one is installed,
 //! and RocksDB built natively from the same source where the guest build made one.
@@ -21,8 +21,28 @@ use valet_vfs::Stats;
 use super::runners::{Runner, MOUNT};
 use super::workloads::Scale;
 
-/// The guest (db_bench) and its db directory under the mount.
-const GUEST: &str = "rocksdb";
+/// db_bench as RocksDB's release build (`NDEBUG`), wasm and native, where
+/// `.ci/setup-rocksdb-report` built it; else the tests' debug build (asserts and kill points
+/// on, no native twin).
+const RELEASE_GUEST: &str = "rocksdb_release";
+const DEBUG_GUEST: &str = "rocksdb";
+
+/// The db_bench every setup runs: the release build where there is one.
+fn guest() -> Result<&'static str, String> {
+    valet_guests::wasm(RELEASE_GUEST)
+        .or_else(|| valet_guests::wasm(DEBUG_GUEST))
+        .ok_or_else(|| "guest rocksdb not built".into())
+}
+
+/// Which build [`guest`] is, for the report's text.
+fn guest_build() -> &'static str {
+    if valet_guests::wasm(RELEASE_GUEST).is_some() {
+        "db_bench is RocksDB's release build (`NDEBUG`), for WASI and natively."
+    } else {
+        "db_bench is the tests' debug build (no `NDEBUG`: asserts and kill points run; \
+         `bash .ci/setup-rocksdb-report` builds the release one and native db_bench)."
+    }
+}
 
 /// How to get the stock wasmtime 36 CLI (looked for at `$VALET_WASMTIME36`, then
 /// `~/.cache/valet-rocksdb/wasmtime-36/bin/wasmtime`) and native db_bench.
@@ -282,7 +302,7 @@ fn run_polling(
 
 fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) -> Run {
     let result = (|| {
-        let wasm = valet_guests::wasm(GUEST).ok_or("guest rocksdb not built")?;
+        let wasm = guest()?;
         let start = Instant::now();
         let (code, stdout, stderr, stats) = match setup {
             Setup::Valet(policy) => {
@@ -328,7 +348,7 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) ->
                 (code, out, err, None)
             }
             Setup::Native => {
-                let exe = valet_guests::native(GUEST)
+                let exe = valet_guests::native(RELEASE_GUEST)
                     .ok_or("no native build of RocksDB here (bash .ci/setup-rocksdb-report)")?;
                 let dir = tempfile::Builder::new()
                     .prefix("rocksdb-native-")
@@ -481,7 +501,7 @@ type FillResult = Result<Fill, String>;
 
 /// One fill experiment run under `valet-run --policy policy` on a fresh device.
 fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
-    let wasm = valet_guests::wasm(GUEST).ok_or("guest rocksdb not built")?;
+    let wasm = guest()?;
     let dir = tempfile::Builder::new()
         .prefix("rocksdb-fill-")
         .tempdir_in(&runner.work)
@@ -652,10 +672,11 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
          (one thread): unpaced, its writer writes as fast as it can and takes its share of \
          the cores, so a setup whose writes are cheaper writes more and reads less; the rows \
          \"{}\" run it again (after a `fillseq` at that rate) with the writer paced, the \
-         same write load under every setup.\n",
+         same write load under every setup. {}\n",
         scale.name(),
         Pass::Unsynced.rounds(),
-        Pass::PacedWriter.label()
+        Pass::PacedWriter.label(),
+        guest_build()
     );
     let _ = writeln!(
         md,
