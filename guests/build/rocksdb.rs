@@ -313,33 +313,15 @@ fn report_db_bench(
     if !requested {
         return wasm.exists().then_some(wasm);
     }
-    let obj_dir = build_dir.join("obj");
-    fs::create_dir_all(&obj_dir).unwrap();
     fs::create_dir_all(build_dir.join("bin")).unwrap();
-    let jobs: Vec<_> = sources
-        .iter()
-        .map(|src| (src, object_path(&obj_dir, source, ours, src)))
-        .filter(|(src, obj)| !fresh(obj, src))
-        .map(|(src, obj)| {
-            let mut command = Command::new("nice");
-            command.args(["-n", "5", CLANG]).args(flags).arg("-w");
-            (command, src.clone(), obj)
-        })
-        .collect();
-    if !jobs.is_empty() {
-        println!(
-            "cargo:warning=building the report's db_bench for WASI: {} of {} files to compile \
-             (in {})",
-            jobs.len(),
-            sources.len(),
-            build_dir.display()
-        );
-    }
-    compile_all(jobs);
-    let objects: Vec<PathBuf> = sources
-        .iter()
-        .map(|s| object_path(&obj_dir, source, ours, s))
-        .collect();
+    let objects = compile_niced(
+        "the report's db_bench for WASI",
+        flags,
+        sources,
+        &build_dir.join("obj"),
+        source,
+        ours,
+    );
     let relink =
         mtime(&wasm).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
     if relink {
@@ -435,28 +417,14 @@ fn native_db_bench(
         return None;
     }
     let build_dir = cache.join(format!("native-{key}.build"));
-    let obj_dir = build_dir.join("obj");
-    fs::create_dir_all(&obj_dir).unwrap();
-    let mut jobs = Vec::new();
-    for src in sources {
-        let obj = object_path(&obj_dir, source, ours, src);
-        if !fresh(&obj, src) {
-            let mut command = Command::new("nice");
-            command.args(["-n", "5", CLANG]).args(&flags).arg("-w");
-            jobs.push((command, src.clone(), obj));
-        }
-    }
-    println!(
-        "cargo:warning=building native db_bench: {} of {} files to compile (in {})",
-        jobs.len(),
-        sources.len(),
-        build_dir.display()
+    let objects = compile_niced(
+        "native db_bench",
+        &flags,
+        sources,
+        &build_dir.join("obj"),
+        source,
+        ours,
     );
-    compile_all(jobs);
-    let objects: Vec<PathBuf> = sources
-        .iter()
-        .map(|s| object_path(&obj_dir, source, ours, s))
-        .collect();
     let staged = build_dir.join("db_bench");
     let out = Command::new(CLANG)
         .args(&flags)
@@ -477,6 +445,44 @@ fn native_db_bench(
     fs::rename(&tmp, &done).unwrap();
     let _ = fs::remove_dir_all(&build_dir);
     Some(exe)
+}
+
+/// Compiles what is missing of `sources` into `obj_dir` with `flags`, under `nice` (the
+/// report's builds are long and run beside other work), and returns every object, in the
+/// sources' order.
+fn compile_niced(
+    what: &str,
+    flags: &[String],
+    sources: &[PathBuf],
+    obj_dir: &Path,
+    source: &Path,
+    ours: &Path,
+) -> Vec<PathBuf> {
+    fs::create_dir_all(obj_dir).unwrap();
+    let objects: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| object_path(obj_dir, source, ours, s))
+        .collect();
+    let jobs: Vec<_> = sources
+        .iter()
+        .zip(&objects)
+        .filter(|(src, obj)| !fresh(obj, src))
+        .map(|(src, obj)| {
+            let mut command = Command::new("nice");
+            command.args(["-n", "5", CLANG]).args(flags).arg("-w");
+            (command, src.clone(), obj.clone())
+        })
+        .collect();
+    if !jobs.is_empty() {
+        println!(
+            "cargo:warning=building {what}: {} of {} files to compile (in {})",
+            jobs.len(),
+            sources.len(),
+            obj_dir.display()
+        );
+    }
+    compile_all(jobs);
+    objects
 }
 
 /// The report's wasm flags for the host: the same optimisation, language, exceptions,
