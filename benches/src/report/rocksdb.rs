@@ -1,7 +1,8 @@
-//! RocksDB 11.8.1's own `db_bench` (guest `rocksdb_release`, else `rocksdb`) side by side in one run: `valet-run`
-//! with the `rocks`, `default` and `one-stream` policies, the stock wasmtime 36 CLI with
-//! wasi-threads (the last stock CLI that runs them; 47 removed them) where one is installed,
-//! and RocksDB built natively from the same source where the guest build made one.
+//! RocksDB 11.8.1's own `db_bench` (guest `rocksdb_release`, else `rocksdb`) side by side
+//! in one run: `valet-run` with the `rocks`, `default` and `one-stream` policies, the stock
+//! wasmtime 36 CLI with wasi-threads (the last stock CLI that runs them; 47 removed them)
+//! where one is installed, and RocksDB built natively from the same source where the guest
+//! build made one.
 //!
 //! Then the paper's experiment (issue 14, point 4): RocksDB fills a small store to about 80 %
 //! of its capacity and overwrites its keys twice (several device-fulls of writes), then reads
@@ -25,6 +26,7 @@ use super::workloads::Scale;
 /// `.ci/setup-rocksdb-report` built it; else the tests' debug build (asserts and kill points
 /// on, no native twin).
 const RELEASE_GUEST: &str = "rocksdb_release";
+/// The tests' db_bench, built everywhere.
 const DEBUG_GUEST: &str = "rocksdb";
 
 /// The db_bench every setup runs: the release build where there is one.
