@@ -236,11 +236,7 @@ pub fn build(ctx: &mut Ctx) {
             .map(|s| object_path(&obj_dir, &source, &ours, s))
             .collect();
         let wasm = bin_dir.join(format!("{name}.wasm"));
-        let relink =
-            mtime(&wasm).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
-        if relink {
-            link(&flags, &objects, &wasm);
-        }
+        link_if_stale(&flags, &objects, &wasm);
         ctx.guests.push(Guest {
             name,
             doc,
@@ -322,11 +318,7 @@ fn report_db_bench(
         source,
         ours,
     );
-    let relink =
-        mtime(&wasm).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
-    if relink {
-        link(flags, &objects, &wasm);
-    }
+    link_if_stale(flags, &objects, &wasm);
     Some(wasm)
 }
 
@@ -502,6 +494,15 @@ fn native_flags(source: &Path, ours: &Path) -> Vec<String> {
     // OS_LINUX (the WASI build gets them from the port header).
     flags.extend(["-include".into(), "sys/sysmacros.h".into()]);
     flags
+}
+
+/// Links `output` unless it is newer than every one of its objects.
+fn link_if_stale(flags: &[String], objects: &[PathBuf], output: &Path) {
+    let stale =
+        mtime(output).is_none_or(|out| objects.iter().any(|o| mtime(o).is_none_or(|t| t > out)));
+    if stale {
+        link(flags, objects, output);
+    }
 }
 
 /// Links a program: shared memory for threads, 8 MiB main stack, up to 4 GiB of memory.
