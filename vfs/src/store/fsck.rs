@@ -40,15 +40,20 @@ impl FsckReport {
 
     /// The report as a `Result`: clean, or a `Corrupt` error listing the first problems.
     pub fn into_result(self) -> Result<FsckReport> {
-        if self.is_clean() {
-            return Ok(self);
+        match self.is_clean() {
+            true => Ok(self),
+            false => Err(Error::Corrupt(self.findings())),
         }
+    }
+
+    /// How many problems, and the first few, on one line.
+    pub fn findings(&self) -> String {
         let shown: Vec<_> = self.problems.iter().take(5).cloned().collect();
-        Err(Error::Corrupt(format!(
+        format!(
             "fsck found {} problem(s): {}",
             self.problems.len(),
             shown.join("; ")
-        )))
+        )
     }
 }
 

@@ -1,12 +1,14 @@
 //! Mounting: format a blank device, or recover one from its journal.
 //!
-//! Recovery takes the newest checkpoint, replays the transactions after it and checks the
-//! result against the device: every extent must lie below its zone's write pointer. The
-//! newest transaction is the only one whose device sync may not have completed, so its new
+//! Recovery takes the newest checkpoint and replays the transactions after it. The newest
+//! transaction is the only one whose device sync may not have completed, so its new
 //! extents are also checked against the crc32c they were written with; if any does not
-//! match, that transaction was never acknowledged and is dropped. The mount then resets
-//! zones that hold no live data, frees orphaned inodes, writes a fresh checkpoint and only
-//! then resets the zones the orphans held.
+//! match, that transaction was never acknowledged and is dropped. The result is checked as
+//! fsck checks it (every extent below its zone's write pointer and in a zone of its
+//! tenant, no block claimed twice, a namespace that holds together), and a store that
+//! fails is refused before anything on it changes. The mount then resets zones that hold
+//! no live data, frees orphaned inodes, writes a fresh checkpoint and only then resets the
+//! zones the orphans held.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -54,6 +56,16 @@ fn check_config(device: &dyn ZonedDevice, config: &StoreConfig) -> Result<()> {
     Ok(())
 }
 
+/// Applies one operation of journal record `seq`. An operation that does not fit the
+/// state (an inode or name that is not there, say) means the journal is damaged, whatever
+/// error the state gave: say so, and which record.
+fn replay(state: &mut State, op: &MetaOp, seq: u64) -> Result<()> {
+    state.apply(op).map_err(|e| match e {
+        Error::Corrupt(why) => Error::Corrupt(format!("journal record {seq}: {why}")),
+        other => Error::Corrupt(format!("journal record {seq} does not apply: {other}")),
+    })
+}
+
 pub(super) fn mount(
     device: Arc<dyn ZonedDevice>,
     config: StoreConfig,
@@ -66,14 +78,15 @@ pub(super) fn mount(
         None => format(&device)?,
         Some(rec) => {
             let mut state = State::from_snapshot(geometry, rec.snapshot)?;
+            let first_seq = rec.last_seq + 1 - rec.transactions.len() as u64;
             for op in &rec.carry {
-                state.apply(op)?;
+                replay(&mut state, op, first_seq - 1)?;
             }
             let mut txns = rec.transactions;
             let last = txns.pop();
-            for ops in &txns {
+            for (seq, ops) in (first_seq..).zip(&txns) {
                 for op in ops {
-                    state.apply(op)?;
+                    replay(&mut state, op, seq)?;
                 }
             }
             if let Some(ops) = last {
@@ -92,26 +105,6 @@ pub(super) fn mount(
     }
     let report = device.report_zones();
     let cap_blocks = geometry.blocks_per_zone();
-    // Every extent must lie below its zone's write pointer.
-    for (ino, inode) in &state.inodes {
-        for (_, ext) in inode.extents.iter() {
-            let wp = report[ext.zone as usize].write_pointer / bs;
-            if ext.block as u64 + ext.len as u64 > wp {
-                return Err(Error::Corrupt(format!(
-                    "inode {ino} has data in zone {} up to block {} but the zone's write \
-                     pointer is at block {wp}",
-                    ext.zone,
-                    ext.block + ext.len
-                )));
-            }
-            if !matches!(state.zones.owner[ext.zone as usize], Some(ZoneUse::Data(_))) {
-                return Err(Error::Corrupt(format!(
-                    "inode {ino} has data in zone {} which no stream owns",
-                    ext.zone
-                )));
-            }
-        }
-    }
     let conv = match &config.conventional_dir {
         Some(path) => Some(ConventionalArea::open(path)?),
         None => None,
@@ -162,6 +155,18 @@ pub(super) fn mount(
     };
     // Windows from now on are newer than any inline piece the journal still holds.
     inner.window_gen = inner.state.inline.max_gen();
+    // Settling acts on the recovered metadata: it resets zones no extent claims and frees
+    // inodes no entry names. On metadata that does not hold together (a damaged or crafted
+    // journal whose records still pass their checksums) that would destroy data, so such a
+    // store is refused as it is, with fsck's findings (extents past write pointers or in
+    // another tenant's zones, blocks claimed twice, entries naming missing inodes, cycles).
+    let report = super::fsck::check(&inner)?;
+    if !report.is_clean() {
+        return Err(Error::Corrupt(format!(
+            "recovered metadata is inconsistent, store left as it is: {}",
+            report.findings()
+        )));
+    }
     inner.settle_zones()?;
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
@@ -325,5 +330,144 @@ impl Inner {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{Geometry, MemoryDevice};
+    use crate::store::{Ino, OpenOptions, Store};
+
+    /// Two tenants, one synced file each; returns the device and the files' inodes.
+    fn two_tenants() -> (Arc<dyn ZonedDevice>, Ino, Ino) {
+        let geometry = Geometry {
+            zone_count: 8,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 5,
+        };
+        let device: Arc<dyn ZonedDevice> = Arc::new(MemoryDevice::new(geometry).unwrap());
+        let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+        let mut files = Vec::new();
+        for tenant in ["a", "b"] {
+            let (_, root) = store.tenant(tenant).unwrap();
+            let f = store
+                .open_file(root, "data", OpenOptions::create())
+                .unwrap();
+            f.write_at(&[tenant.as_bytes()[0]; 100_000], 0).unwrap();
+            files.push(f.ino());
+            f.close().unwrap();
+        }
+        store.unmount().unwrap();
+        (device, files[0], files[1])
+    }
+
+    /// Appends `op` to the journal as one more transaction, with valid checksums: what a
+    /// damaged or crafted journal can hold.
+    fn append_transaction(device: &Arc<dyn ZonedDevice>, op: MetaOp) {
+        let rec = journal::recover(&**device).unwrap().unwrap();
+        let mut journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
+        let record = journal.encode_transaction(&[op]).unwrap();
+        journal.append_record(&record).unwrap();
+        device.sync().unwrap();
+    }
+
+    /// The metadata as the journal holds it now.
+    fn journaled_state(device: &Arc<dyn ZonedDevice>) -> State {
+        let rec = journal::recover(&**device).unwrap().unwrap();
+        let mut state = State::from_snapshot(device.geometry(), rec.snapshot).unwrap();
+        let ops = rec.carry.iter().chain(rec.transactions.iter().flatten());
+        ops.for_each(|op| state.apply(op).unwrap());
+        state
+    }
+
+    fn refused_unchanged(device: &Arc<dyn ZonedDevice>, expect: &str) {
+        let zones = device.report_zones();
+        let err = Store::open(device.clone(), StoreConfig::default())
+            .err()
+            .expect("inconsistent metadata must not mount");
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Corrupt(_)), "{msg}");
+        assert!(msg.contains(expect) && !msg.contains('\n'), "{msg}");
+        assert_eq!(device.report_zones(), zones, "the refused store changed");
+    }
+
+    #[test]
+    fn a_journal_linking_a_file_into_another_tenant_is_refused() {
+        let (device, a_file, _) = two_tenants();
+        let b_root = journaled_state(&device).tenants[1].root;
+        let op = MetaOp::Link {
+            dir: b_root,
+            name: "stolen".into(),
+            ino: a_file,
+        };
+        append_transaction(&device, op);
+        refused_unchanged(&device, "belongs to another tenant");
+    }
+
+    /// Mounting would reset the zone of the file whose extent was displaced: refused
+    /// before that, the file's data stays on the device.
+    #[test]
+    fn a_journal_mapping_one_files_blocks_into_another_is_refused() {
+        let (device, a_file, b_file) = two_tenants();
+        let state = journaled_state(&device);
+        let first_extent = |ino: Ino| state.inodes[&ino].extents.iter().next().unwrap().1;
+        let extent = first_extent(a_file);
+        assert_ne!(first_extent(b_file).zone, extent.zone);
+        let op = MetaOp::MapExtent {
+            ino: b_file,
+            file_block: 0,
+            extent,
+            crc: 0,
+        };
+        append_transaction(&device, op);
+        // Not the newest: that one is dropped when its extents' checksums do not match.
+        let time = MetaOp::Extend {
+            ino: a_file,
+            size: 0,
+            mtime_ns: 0,
+        };
+        append_transaction(&device, time);
+        refused_unchanged(&device, "owned by two extents");
+    }
+
+    #[test]
+    fn a_journal_naming_a_missing_inode_is_refused_by_record() {
+        let (device, a_file, _) = two_tenants();
+        let missing = MetaOp::SetAttr {
+            ino: 999_999,
+            size: 1,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+        };
+        append_transaction(&device, missing);
+        let seq = journal::recover(&*device).unwrap().unwrap().last_seq;
+        let time = MetaOp::Extend {
+            ino: a_file,
+            size: 0,
+            mtime_ns: 0,
+        };
+        append_transaction(&device, time);
+        refused_unchanged(&device, &format!("journal record {seq} does not apply"));
+    }
+
+    /// Found by `metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent`'s
+    /// first version: the release of a zone past the device was looked up before its range
+    /// was checked, and panicked.
+    #[test]
+    fn a_journal_releasing_a_zone_past_the_device_is_refused() {
+        let (device, a_file, _) = two_tenants();
+        append_transaction(&device, MetaOp::ReleaseZone { zone: 20 });
+        let time = MetaOp::Extend {
+            ino: a_file,
+            size: 0,
+            mtime_ns: 0,
+        };
+        append_transaction(&device, time);
+        refused_unchanged(&device, "zone 20 out of range");
     }
 }

@@ -417,6 +417,7 @@ impl State {
                 *slot = Some(*owner);
             }
             MetaOp::ReleaseZone { zone } => {
+                self.zone_slot(*zone)?;
                 if self.zones.valid_blocks(*zone) != 0 {
                     return corrupt(format!("release of zone {zone} that holds data"));
                 }
