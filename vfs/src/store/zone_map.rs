@@ -51,7 +51,7 @@ pub enum ZoneUse {
 }
 
 /// Validity of one zone's blocks.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ZoneValidity {
     bits: Vec<u64>,
     valid: u32,
