@@ -1612,9 +1612,13 @@ mod tests {
         // The first four resets went cold when the bound was passed; the rest stay warm.
         let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
         assert_eq!(warm, (4..g.zone_count).collect::<Vec<_>>());
+        // ext4 counts its extent tree in the file's blocks: holes split the file's extents,
+        // and a new tree block (4 KiB) can take back part of what a hole gave. How many
+        // depends on how the file happened to be laid out, so allow a few of them.
+        let tree = 4 * 4096;
         let given_back = written - allocated();
         assert!(
-            (4 << 20..=5 << 20).contains(&given_back),
+            ((4 << 20) - tree..=5 << 20).contains(&given_back),
             "{given_back} bytes given back"
         );
         // A clean close gives the rest back.
@@ -1622,7 +1626,7 @@ mod tests {
         drop(d);
         let given_back = before_close - allocated();
         assert!(
-            given_back >= (g.zone_count as u64 - 4) << 20,
+            given_back >= ((g.zone_count as u64 - 4) << 20) - tree,
             "{given_back} bytes given back at close"
         );
     }
