@@ -56,6 +56,12 @@ impl GuestMem {
         }
     }
 
+    /// EFAULT unless `count` records of `size` bytes from `ptr` lie in memory: checked
+    /// before the host sizes anything by a count the guest gave.
+    pub fn array(&self, ptr: u32, count: u32, size: u32) -> Result<(), Errno> {
+        self.check(ptr, count as usize * size as usize).map(|_| ())
+    }
+
     #[inline]
     fn load<const N: usize>(&self, ptr: u32) -> Result<[u8; N], Errno> {
         let at = self.check(ptr, N)?;

@@ -45,6 +45,8 @@ pub fn poll_oneoff(
     if n == 0 {
         return Err(Errno::INVAL);
     }
+    m.array(subs, n, SUBSCRIPTION_SIZE)?;
+    m.array(events, n, EVENT_SIZE)?;
     let mut list = Vec::with_capacity(n as usize);
     for i in 0..n {
         let at = subs
@@ -151,72 +153,41 @@ pub fn poll_oneoff(
         })
         .collect();
 
-    // Wait only when nothing is ready yet.
+    // Wait only when nothing is ready yet; a guest that is stopped meanwhile gets EINTR
+    // at once (see `WasiCtx::wait`).
     if out.is_empty() {
-        let timeout_ms = |now: u64| -> i32 {
-            match earliest {
-                None => -1,
-                Some(due) => {
-                    let ns = due.saturating_sub(now);
-                    ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32
-                }
+        let now = clock_now(clock::MONOTONIC)?;
+        let timeout = earliest.map(|due| std::time::Duration::from_nanos(due.saturating_sub(now)));
+        let mut fds: Vec<libc::pollfd> = os
+            .iter()
+            .map(|&(_, ty, fd)| libc::pollfd {
+                fd,
+                events: if ty == EVENT_FD_READ {
+                    libc::POLLIN
+                } else {
+                    libc::POLLOUT
+                },
+                revents: 0,
+            })
+            .collect();
+        w.wait(&mut fds, timeout)?;
+        for (pfd, &(userdata, ty, fd)) in fds.iter().zip(&os) {
+            if pfd.revents == 0 {
+                continue;
             }
-        };
-        if os.is_empty() {
-            if let Some(due) = earliest {
-                let now = clock_now(clock::MONOTONIC)?;
-                if due > now {
-                    std::thread::sleep(std::time::Duration::from_nanos(due - now));
-                }
+            let mut nbytes = 0i32;
+            if ty == EVENT_FD_READ {
+                // SAFETY: FIONREAD writes one int.
+                unsafe { libc::ioctl(fd, libc::FIONREAD, &mut nbytes) };
             }
-        } else {
-            let mut fds: Vec<libc::pollfd> = os
-                .iter()
-                .map(|&(_, ty, fd)| libc::pollfd {
-                    fd,
-                    events: if ty == EVENT_FD_READ {
-                        libc::POLLIN
-                    } else {
-                        libc::POLLOUT
-                    },
-                    revents: 0,
-                })
-                .collect();
-            loop {
-                let now = clock_now(clock::MONOTONIC)?;
-                // SAFETY: `fds` is a valid array of pollfd of its length.
-                let r = unsafe {
-                    libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms(now))
-                };
-                if r >= 0 {
-                    break;
-                }
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(e.into());
-                }
-                if w.is_ending() {
-                    return Err(Errno::INTR);
-                }
-            }
-            for (pfd, &(userdata, ty, fd)) in fds.iter().zip(&os) {
-                if pfd.revents == 0 {
-                    continue;
-                }
-                let mut nbytes = 0i32;
-                if ty == EVENT_FD_READ {
-                    // SAFETY: FIONREAD writes one int.
-                    unsafe { libc::ioctl(fd, libc::FIONREAD, &mut nbytes) };
-                }
-                let hup = pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0;
-                out.push(Event {
-                    userdata,
-                    error: Errno::SUCCESS,
-                    ty,
-                    nbytes: nbytes.max(0) as u64,
-                    flags: if hup { HANGUP } else { 0 },
-                });
-            }
+            let hup = pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0;
+            out.push(Event {
+                userdata,
+                error: Errno::SUCCESS,
+                ty,
+                nbytes: nbytes.max(0) as u64,
+                flags: if hup { HANGUP } else { 0 },
+            });
         }
     }
     let now = clock_now(clock::MONOTONIC)?;
