@@ -447,7 +447,7 @@ fn run_plain(
     if let Some(stop) = &spec.stop {
         stop.attach(engine, &wasi, None);
     }
-    let mut store = wasmtime::Store::new(engine, GuestState::new(wasi, MemRef::None));
+    let mut store = wasmtime::Store::new(engine, GuestState::new(wasi.clone(), MemRef::None));
     watch_epochs(&mut store);
     let instance = linker
         .instantiate(&mut store, module)
@@ -458,7 +458,15 @@ fn run_plain(
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")
         .map_err(|_| anyhow::anyhow!("the guest has no _start: is it a WASI command?"))?;
-    Ok(end_of(start.call(&mut store, ())).unwrap_or_else(|| Stop::end(spec.stop.as_ref())))
+    let result = start.call(&mut store, ());
+    // A guest stopped before it ended ends as stopped, even if `_start` then returned (a
+    // wait it was in came back with EINTR, and it gave up): as a threaded guest does, where
+    // the first end wins.
+    let stopped = spec.stop.as_ref().and_then(|s| s.signal());
+    match (wasi.end(), stopped) {
+        (true, Some(signal)) => Ok(End::Code(128 + signal)),
+        _ => Ok(end_of(result).unwrap_or_else(|| Stop::end(spec.stop.as_ref()))),
+    }
 }
 
 fn run_threaded(

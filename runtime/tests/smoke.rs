@@ -121,3 +121,65 @@ fn timeout_stops_a_spinning_guest_and_spares_a_quick_one() {
         assert!(stderr.contains("--timeout"), "{stderr}");
     }
 }
+
+/// `--timeout` also stops a guest blocked in the host, which no epoch check reaches: one
+/// asleep in `poll_oneoff` for an hour, one reading a stdin that stays open and silent.
+/// Both end with 124 once the limit passes, not when their wait would have.
+#[test]
+fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        let wat = format!(
+            r#"(module
+                 (import "wasi_snapshot_preview1" "poll_oneoff"
+                   (func $poll (param i32 i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "fd_read"
+                   (func $read (param i32 i32 i32 i32) (result i32)))
+                 (memory (export "memory") 1)
+                 (func (export "_start") {body}))"#
+        );
+        std::fs::write(&path, wat::parse_str(wat).unwrap()).unwrap();
+        path
+    };
+    // One monotonic clock subscription at 0, an hour from now.
+    let sleeper = guest(
+        "sleep.wasm",
+        "(i32.store (i32.const 16) (i32.const 1))
+         (i64.store (i32.const 24) (i64.const 3600000000000))
+         (drop (call $poll (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 200)))",
+    );
+    // One iovec at 100 of 10 bytes at 200.
+    let reader = guest(
+        "read.wasm",
+        "(i32.store (i32.const 100) (i32.const 200))
+         (i32.store (i32.const 104) (i32.const 10))
+         (drop (call $read (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 300)))",
+    );
+    for app in [&sleeper, &reader] {
+        let started = std::time::Instant::now();
+        let mut child = valet_run()
+            .arg("--device")
+            .arg(dir.path().join("dev"))
+            .args(["--zone-size", "16", "--zones", "16", "--timeout", "500ms"])
+            .arg(app)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Held open, never written: the reader's stdin has nothing to give and no end.
+        let _stdin = child.stdin.take();
+        // Far below the hour, and below any wait on stdin: only the limit can end it.
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!("{} was not stopped by --timeout", app.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(124), "{}: {stderr}", app.display());
+        assert!(stderr.contains("ran past --timeout"), "{stderr}");
+    }
+}

@@ -822,6 +822,11 @@ fn fd_read(
             if offset.is_some() {
                 return Err(Errno::SPIPE);
             }
+            let host_fd = match &d.kind {
+                Kind::Stream(s) => s.as_raw_fd(),
+                _ => w.stdio_fd(0),
+            };
+            wait_unless_nonblocking(w, &d, host_fd)?;
             // One read into the first non-empty buffer, as a pipe or socket gives.
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
@@ -841,6 +846,16 @@ fn fd_read(
         _ => return Err(Errno::BADF),
     }
     Ok(total)
+}
+
+/// Before a blocking read of a socket or stdin: wait for data where a stopped guest can be
+/// woken (see `WasiCtx::wait`). Nothing to wait for on a descriptor the guest made
+/// non-blocking: its read returns EAGAIN.
+fn wait_unless_nonblocking(w: &WasiCtx, d: &Desc, host_fd: i32) -> R<()> {
+    if d.flags() & fdflags::NONBLOCK != 0 {
+        return Ok(());
+    }
+    w.wait_readable(host_fd)
 }
 
 fn read_full_at(f: &std::fs::File, buf: &mut [u8], mut at: u64) -> R<usize> {
@@ -1209,6 +1224,7 @@ fn sock_accept(w: &WasiCtx, fd: u32, flags: u16) -> R<u32> {
     if flags & !fdflags::NONBLOCK != 0 {
         return Err(Errno::INVAL);
     }
+    wait_unless_nonblocking(w, &d, l.as_raw_fd())?;
     let (s, _) = l.accept()?;
     s.set_nonblocking(flags & fdflags::NONBLOCK != 0)?;
     s.set_nodelay(true).ok();
@@ -1234,6 +1250,7 @@ fn sock_recv(
     if flags & !(PEEK | WAITALL) != 0 {
         return Err(Errno::INVAL);
     }
+    wait_unless_nonblocking(w, &d, s.as_raw_fd())?;
     for i in 0..n {
         let (buf, len) = m.iovec(iovs, i)?;
         if len == 0 {

@@ -27,10 +27,10 @@ pub mod table;
 use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use valet_vfs::{Ino, Store};
@@ -115,6 +115,10 @@ pub struct WasiCtx {
     table: Mutex<Table>,
     /// Set once any thread exits or traps; calls of the other threads then trap.
     ending: AtomicBool,
+    /// An eventfd made readable when `ending` is set: every blocking wait of a call watches
+    /// it too (see [`WasiCtx::wait`]), so that a guest stopped while it sleeps or waits on
+    /// a socket or stdin stops then, not when the wait would have ended.
+    waker: OwnedFd,
     /// stdin, stdout, stderr handed in by the embedder (the node agent gives each pod its
     /// own); `None` is the process's own.
     stdio: [Option<Arc<File>>; 3],
@@ -156,11 +160,20 @@ impl WasiCtx {
                 anyhow::bail!("a guest argument or variable holds a NUL byte: {s:?}");
             }
         }
+        // SAFETY: eventfd takes no pointers; on success the descriptor is ours alone.
+        let waker = match unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) } {
+            fd if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
+            _ => {
+                let e = std::io::Error::last_os_error();
+                anyhow::bail!("cannot create the guest's wake-up eventfd: {e}")
+            }
+        };
         Ok(WasiCtx {
             args,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             table: Mutex::new(table),
             ending: AtomicBool::new(false),
+            waker,
             stdio: [None, None, None],
             space: None,
         })
@@ -229,9 +242,81 @@ impl WasiCtx {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks the guest as ending; returns whether it already was.
+    /// Marks the guest as ending, and wakes its threads' blocking waits; returns whether
+    /// it already was ending.
     pub fn end(&self) -> bool {
-        self.ending.swap(true, Ordering::SeqCst)
+        let was = self.ending.swap(true, Ordering::SeqCst);
+        if !was {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes the 8 bytes of a local to our eventfd. It cannot fail but by
+            // overflowing the counter, which one write never does.
+            unsafe { libc::write(self.waker.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+        was
+    }
+
+    /// Waits as ppoll(2) until one of `fds` is ready (their `revents` are set) or `timeout`
+    /// has passed (`None`: no limit), or until the guest is ending: then EINTR, at once.
+    pub(crate) fn wait(
+        &self,
+        fds: &mut [libc::pollfd],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<(), Errno> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut all = fds.to_vec();
+        all.push(libc::pollfd {
+            fd: self.waker.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        loop {
+            if self.is_ending() {
+                return Err(Errno::INTR);
+            }
+            let left = deadline.map(|d| {
+                let left = d.saturating_duration_since(Instant::now());
+                libc::timespec {
+                    tv_sec: left.as_secs() as libc::time_t,
+                    tv_nsec: left.subsec_nanos() as libc::c_long,
+                }
+            });
+            let left_ptr = left.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+            // SAFETY: `all` is an array of pollfd of its length; `left_ptr` is null or
+            // points at a timespec that outlives the call; no signal mask.
+            let r = unsafe {
+                libc::ppoll(
+                    all.as_mut_ptr(),
+                    all.len() as libc::nfds_t,
+                    left_ptr,
+                    std::ptr::null(),
+                )
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if all.last().is_some_and(|w| w.revents != 0) {
+                return Err(Errno::INTR);
+            }
+            for (fd, polled) in fds.iter_mut().zip(&all) {
+                fd.revents = polled.revents;
+            }
+            return Ok(());
+        }
+    }
+
+    /// Waits until host descriptor `fd` has something to read (or its end), unless the
+    /// guest is ending (EINTR): before a blocking read of a socket or stdin.
+    pub(crate) fn wait_readable(&self, fd: i32) -> std::result::Result<(), Errno> {
+        let mut one = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        self.wait(&mut one, None)
     }
 
     pub fn is_ending(&self) -> bool {
