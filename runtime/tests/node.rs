@@ -113,6 +113,17 @@ fn create_on(
     annotations: &[(&str, &str)],
     args: &[&str],
 ) -> (Pod, FromAgent) {
+    create_with_env(f, id, annotations, args, &[("POD_EXIT", "0")])
+}
+
+/// [`create_on`] with the guest's environment.
+fn create_with_env(
+    f: &Fixture,
+    id: &str,
+    annotations: &[(&str, &str)],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Pod, FromAgent) {
     let conn = UnixStream::connect(&f.socket).unwrap();
     let rootfs = File::open(&f.rootfs).unwrap();
     let (out_r, out_w) = pipe();
@@ -128,7 +139,10 @@ fn create_on(
             .chain(args.iter().copied())
             .map(String::from)
             .collect(),
-        env: vec![("POD_EXIT".into(), "0".into())],
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         annotations,
         stdio: [false, true, true],
         content_store: false,
@@ -305,6 +319,34 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     let (e, out2, err2) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out2}\n{err2}");
     assert!(out2.lines().any(|l| l.starts_with("ok ")), "{out2}");
+
+    // Killed while asleep in the host (`poll_oneoff` for an hour): stopped at once too.
+    let (p, c) = create_with_env(
+        fixture(),
+        "s",
+        &[("valet.io/tenant", "ns")],
+        &["ws", "/data", "3", "430"],
+        &[("POD_EXIT", "0"), ("POD_SLEEP_SECS", "3600")],
+    );
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
+    // Fail, rather than hang for the hour, if the kill does not reach the sleeper.
+    let limit = Some(Duration::from_secs(20));
+    p.conn.set_read_timeout(limit).unwrap();
+    let (e, out, _) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 137 }, "{out}");
+    assert!(
+        out.contains("ok 3"),
+        "the kill came before the sleep: {out}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
 
     // The shim vanishes: the guest is stopped (its stdout reaches end of file).
     let (p, _) = create(

@@ -17,6 +17,9 @@
 //!     ok N                    the log holds N intact records
 //!
 //! Exit codes: `$POD_EXIT` good, 1 another I/O error, 2 usage, 3 a damaged record, 4 ENOSPC.
+//!
+//! With `$POD_SLEEP_SECS`, it sleeps that long after `ok` before it exits (a pod killed
+//! while it waits in the host).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -100,6 +103,12 @@ fn main() {
         }
     }
     say(format!("ok {}", data.len() / size));
+    if let Some(secs) = std::env::var("POD_SLEEP_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+    }
     let code = std::env::var("POD_EXIT")
         .ok()
         .and_then(|c| c.parse().ok())
