@@ -67,6 +67,25 @@ fn write_read_remount() {
     assert!(store.fsck().unwrap().is_clean());
 }
 
+/// A read of no bytes inside a file reads nothing and returns 0, at a block boundary too
+/// (found by `runtime/tests/hostile_calls.rs`: it panicked with the store locked).
+#[test]
+fn an_empty_read_inside_a_file_returns_zero() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, "f", OpenOptions::create()).unwrap();
+    f.write_at(&[7u8; 3 * 4096], 0).unwrap();
+    f.close().unwrap();
+    let f = store.open_file(root, "f", OpenOptions::read()).unwrap();
+    for offset in [0, 4096, 5000, 3 * 4096 - 1] {
+        assert_eq!(f.read_at(&mut [], offset).unwrap(), 0, "at {offset}");
+    }
+    let mut one = [0u8];
+    assert_eq!(f.read_at(&mut one, 4096).unwrap(), 1);
+    assert_eq!(one, [7]);
+}
+
 #[test]
 fn unsynced_data_is_lost_but_synced_data_survives_power_failure() {
     let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());

@@ -91,6 +91,9 @@ impl ExtentMap {
     /// for a hole, length in blocks)`, in order and without gaps.
     pub fn pieces(&self, start: u64, end: u64) -> Vec<(u64, Option<Extent>, u64)> {
         let mut out = Vec::new();
+        if start >= end {
+            return out;
+        }
         let mut pos = start;
         let first = self.map.range(..=start).next_back().map(|(&k, &e)| (k, e));
         let rest = self.map.range(start + 1..end).map(|(&k, &e)| (k, e));
@@ -173,6 +176,8 @@ mod tests {
             vec![(0, None, 2), (2, Some(ext(1, 5, 2)), 2), (4, None, 2)]
         );
         assert_eq!(m.pieces(3, 4), vec![(3, Some(ext(1, 6, 1)), 1)]);
+        // An empty range (a read of no bytes at a block boundary) has no pieces.
+        assert_eq!(m.pieces(3, 3), vec![]);
     }
 
     #[test]
