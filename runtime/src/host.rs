@@ -25,7 +25,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use anyhow::{bail, Context, Result};
 use valet_vfs::{Ino, Store};
 use wasmtime::{
-    Cache, CacheConfig, Config, Engine, ExternType, Linker, Module, SharedMemory, UpdateDeadline,
+    Cache, CacheConfig, Config, Engine, ExternType, Linker, MemoryType, Module, SharedMemory,
+    UpdateDeadline,
 };
 
 use crate::wasi::{self, Ending, Exit, GuestState, MemRef, Preopened, WasiCtx};
@@ -68,6 +69,10 @@ pub struct GuestSpec {
     pub space_limit: Option<Arc<dyn wasi::SpaceLimit>>,
     /// Lets another thread stop the guest (see [`Stop`]).
     pub stop: Option<Arc<Stop>>,
+    /// The most linear memory the guest may have, in bytes (a pod's memory limit): a
+    /// module that needs more at start is refused, and a `memory.grow` past it fails (-1),
+    /// as an allocation fails in a process at its cgroup's limit.
+    pub memory_limit: Option<u64>,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -448,6 +453,15 @@ fn run_plain(
         stop.attach(engine, &wasi, None);
     }
     let mut store = wasmtime::Store::new(engine, GuestState::new(wasi.clone(), MemRef::None));
+    if let Some(limit) = spec.memory_limit {
+        if let Some(ExternType::Memory(ty)) = module.get_export("memory") {
+            fits(&ty, limit)?;
+        }
+        store.data_mut().limits = wasmtime::StoreLimitsBuilder::new()
+            .memory_size(usize::try_from(limit).unwrap_or(usize::MAX))
+            .build();
+        store.limiter(|state| &mut state.limits);
+    }
     watch_epochs(&mut store);
     let instance = linker
         .instantiate(&mut store, module)
@@ -469,6 +483,29 @@ fn run_plain(
     }
 }
 
+const PAGE: u64 = 64 << 10;
+
+/// Refuses a memory that starts over `limit` bytes, in the guest's terms.
+fn fits(ty: &MemoryType, limit: u64) -> Result<()> {
+    if ty.minimum() > limit / PAGE {
+        bail!(
+            "the guest's memory starts at {} bytes, over its limit of {limit} bytes",
+            ty.minimum() * PAGE
+        );
+    }
+    Ok(())
+}
+
+/// A shared memory's type with its maximum lowered to `limit` bytes: a shared memory grows
+/// under no store's limiter, so its type is what bounds it.
+fn capped(ty: &MemoryType, limit: u64) -> Result<MemoryType> {
+    fits(ty, limit)?;
+    let pages = limit / PAGE;
+    let maximum = ty.maximum().map_or(pages, |m| m.min(pages));
+    // Both fit u32: wasi-threads memories are 32-bit, with at most 65,536 pages.
+    Ok(MemoryType::shared(ty.minimum() as u32, maximum as u32))
+}
+
 fn run_threaded(
     engine: &Engine,
     module: &Module,
@@ -488,6 +525,10 @@ fn run_threaded(
     if !ty.is_shared() {
         bail!("a wasi-threads guest must import a shared memory");
     }
+    let ty = match spec.memory_limit {
+        Some(limit) => capped(&ty, limit)?,
+        None => ty,
+    };
     let memory = SharedMemory::new(engine, ty)
         .map_err(|e| anyhow::anyhow!("the guest's shared memory: {e}"))?;
     let (mem_module, mem_name) = (import.module().to_string(), import.name().to_string());

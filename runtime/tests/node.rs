@@ -113,16 +113,17 @@ fn create_on(
     annotations: &[(&str, &str)],
     args: &[&str],
 ) -> (Pod, FromAgent) {
-    create_with_env(f, id, annotations, args, &[("POD_EXIT", "0")])
+    create_with(f, id, annotations, args, &[("POD_EXIT", "0")], None)
 }
 
-/// [`create_on`] with the guest's environment.
-fn create_with_env(
+/// [`create_on`] with the guest's environment and memory limit.
+fn create_with(
     f: &Fixture,
     id: &str,
     annotations: &[(&str, &str)],
     args: &[&str],
     env: &[(&str, &str)],
+    memory_limit: Option<u64>,
 ) -> (Pod, FromAgent) {
     let conn = UnixStream::connect(&f.socket).unwrap();
     let rootfs = File::open(&f.rootfs).unwrap();
@@ -147,6 +148,7 @@ fn create_with_env(
         stdio: [false, true, true],
         content_store: false,
         module_fd: false,
+        memory_limit,
     });
     let stdio = [None, Some(out_w), Some(err_w)];
     proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
@@ -273,6 +275,7 @@ fn bad_requests_fail_at_create_with_one_line() {
         stdio: [false, false, false],
         content_store: false,
         module_fd: false,
+        memory_limit: None,
     });
     proto::send(
         &conn,
@@ -321,12 +324,13 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     assert!(out2.lines().any(|l| l.starts_with("ok ")), "{out2}");
 
     // Killed while asleep in the host (`poll_oneoff` for an hour): stopped at once too.
-    let (p, c) = create_with_env(
+    let (p, c) = create_with(
         fixture(),
         "s",
         &[("valet.io/tenant", "ns")],
         &["ws", "/data", "3", "430"],
         &[("POD_EXIT", "0"), ("POD_SLEEP_SECS", "3600")],
+        None,
     );
     assert_eq!(c, FromAgent::Created);
     p.start();
@@ -360,6 +364,30 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     drop(conn);
     let out = stdout.join().unwrap();
     assert!(acked(&out) > 0, "{out}");
+}
+
+/// A pod's memory limit bounds its guest's memory: under 32 MiB, 64 MiB cannot be had
+/// (the guest's allocation fails, and it aborts); the same pod without a limit gets it.
+#[test]
+fn a_pods_memory_limit_bounds_its_guest() {
+    let env = [("POD_EXIT", "0"), ("POD_ALLOC_MIB", "64")];
+    let args = ["wm", "/data", "1", "430"];
+    let tenant = [("valet.io/tenant", "nm")];
+    let (p, c) = create_with(fixture(), "m1", &tenant, &args, &env, Some(32 << 20));
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_ne!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert!(!out.contains("allocated"), "{out}");
+    assert!(err.contains("memory allocation"), "{err}");
+    let (p, _) = create_with(fixture(), "m2", &tenant, &args, &env, None);
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert!(
+        out.contains("allocated 64 MiB") && out.contains("ok 1"),
+        "{out}"
+    );
 }
 
 /// Tenants never share a zone: on a small store, pods of new tenants are created while it

@@ -218,6 +218,20 @@ impl Instance for ValetInstance {
     }
 }
 
+/// The container's memory limit (`linux.resources.memory.limit`, which kubelet sets from
+/// the pod's `resources.limits.memory`); none, zero or -1 is no limit.
+fn memory_limit(spec: &Spec) -> Option<u64> {
+    let limit = spec
+        .linux()
+        .as_ref()?
+        .resources()
+        .as_ref()?
+        .memory()
+        .as_ref()?
+        .limit()?;
+    u64::try_from(limit).ok().filter(|&l| l > 0)
+}
+
 /// Reads what the container runs, checks it, and has the agent prepare it.
 async fn create(
     id: &str,
@@ -302,6 +316,7 @@ async fn create(
         stdio: [stdio[0].is_some(), stdio[1].is_some(), stdio[2].is_some()],
         content_store: true,
         module_fd: module_file.is_some(),
+        memory_limit: memory_limit(spec),
     });
     let mut fds = valet_runtime::node::create_fds(&rootfs, &stdio);
     fds.extend(module_file.as_ref().map(|f| f.as_fd()));
@@ -358,4 +373,29 @@ async fn content_store<'a>(
         *store = Some(ContentStore::connect(&cfg.containerd_address, &cfg.namespace).await?);
     }
     Ok(store.as_ref().expect("just set"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(linux: serde_json::Value) -> Spec {
+        serde_json::from_value(serde_json::json!({ "ociVersion": "1.0.2", "linux": linux }))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_memory_limit_comes_from_the_spec_resources() {
+        let limited = spec(serde_json::json!({ "resources": { "memory": { "limit": 67108864 } } }));
+        assert_eq!(memory_limit(&limited), Some(64 << 20));
+        for unlimited in [
+            serde_json::json!({ "resources": { "memory": { "limit": -1 } } }),
+            serde_json::json!({ "resources": { "memory": { "limit": 0 } } }),
+            serde_json::json!({ "resources": { "memory": {} } }),
+            serde_json::json!({ "resources": {} }),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(memory_limit(&spec(unlimited.clone())), None, "{unlimited}");
+        }
+    }
 }

@@ -16,10 +16,10 @@ use fleet::{oci, Agent, Containerd};
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, KeyValue, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, ListImagesRequest, ListPodSandboxRequest, NamespaceMode,
-    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RemoveContainerRequest,
+    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, ContainerStatusRequest,
+    CreateContainerRequest, ImageSpec, KeyValue, LinuxContainerConfig, LinuxContainerResources,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListImagesRequest, ListPodSandboxRequest,
+    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RemoveContainerRequest,
     RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
     StopPodSandboxRequest,
 };
@@ -146,6 +146,31 @@ fn sandbox_config(name: &str, log_dir: &Path, annotations: &[(&str, &str)]) -> P
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Waits for a container to exit, as kubelet's status loop does.
+async fn wait_exited(cri: &mut RuntimeServiceClient<Channel>, id: &str) -> ContainerStatus {
+    let start = Instant::now();
+    loop {
+        let status = cri
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: false,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("a status");
+        if status.state == ContainerState::ContainerExited as i32 {
+            return status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the container did not exit: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -283,7 +308,7 @@ fn kubelet_path_runs_a_pod_through_cri() {
         .enable_all()
         .build()
         .unwrap();
-    let (status, bad_start) = rt.block_on(async {
+    let (status, hog_status, bad_start) = rt.block_on(async {
         let channel = connect(containerd.address.clone()).await;
         let mut images = ImageServiceClient::new(channel.clone());
         let mut cri = RuntimeServiceClient::new(channel);
@@ -334,30 +359,40 @@ fn kubelet_path_runs_a_pod_through_cri() {
         .await
         .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", containerd.log_tail()));
 
-        // Wait, as kubelet's status loop does.
-        let start = Instant::now();
-        let status = loop {
-            let status = cri
-                .container_status(ContainerStatusRequest {
-                    container_id: created.clone(),
-                    verbose: false,
-                })
-                .await
-                .expect("ContainerStatus")
-                .into_inner()
-                .status
-                .expect("a status");
-            if status.state == ContainerState::ContainerExited as i32 {
-                break status;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "the container did not exit: {status:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let status = wait_exited(&mut cri, &created).await;
 
-        remove_pod(&mut cri, &sandbox, &[&created], &containerd).await;
+        // A container with a memory limit (kubelet's `resources.limits.memory`) whose guest
+        // asks for more: under 32 MiB it cannot have 64.
+        let mut hog_config = container_config(
+            "hog",
+            &["h", "/data", "1", &RECORD.to_string()],
+            &[("POD_ALLOC_MIB", "64")],
+        );
+        hog_config.linux = Some(LinuxContainerConfig {
+            resources: Some(LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let hog = cri
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: sandbox.clone(),
+                config: Some(hog_config),
+                sandbox_config: Some(config.clone()),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer (hog): {e}\n{}", containerd.log_tail()))
+            .into_inner()
+            .container_id;
+        cri.start_container(StartContainerRequest {
+            container_id: hog.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StartContainer (hog): {e}\n{}", containerd.log_tail()));
+        let hog_status = wait_exited(&mut cri, &hog).await;
+
+        remove_pod(&mut cri, &sandbox, &[&created, &hog], &containerd).await;
 
         // A pod whose annotation is wrong: its container fails at start (where CRI creates
         // the task), with the shim's one line in the error kubelet reports.
@@ -397,7 +432,7 @@ fn kubelet_path_runs_a_pod_through_cri() {
             .into_inner()
             .items;
         assert!(left.is_empty(), "sandboxes left: {left:?}");
-        (status, bad_start)
+        (status, hog_status, bad_start)
     });
     drop(rt);
 
@@ -413,6 +448,12 @@ fn kubelet_path_runs_a_pod_through_cri() {
     assert!(
         lines.iter().any(|l| l.contains("motd from the image")),
         "log: {lines:?}"
+    );
+    let hog_lines = log_lines(&logs.join("hog.log"));
+    assert_ne!(hog_status.exit_code, 0, "{hog_lines:?}");
+    assert!(
+        hog_lines.iter().any(|l| l.contains("memory allocation")),
+        "log: {hog_lines:?}"
     );
     let err = bad_start.expect_err("a bad annotation must fail the start");
     assert!(

@@ -339,6 +339,7 @@ impl Agent {
             preopens,
             stdio,
             space_limit,
+            memory_limit: req.memory_limit,
             ..GuestSpec::default()
         };
         Ok(Prepared { module, spec })

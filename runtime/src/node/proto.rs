@@ -69,6 +69,11 @@ pub struct Create {
     /// `application/wasm`), not from the rootfs; `module` then only names it.
     #[serde(default)]
     pub module_fd: bool,
+    /// The container's memory limit in bytes (the OCI spec's
+    /// `linux.resources.memory.limit`, from the pod's `resources.limits.memory`): the most
+    /// linear memory its guest may have (see [`crate::host::GuestSpec::memory_limit`]).
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -248,6 +253,7 @@ mod tests {
             stdio: [false, true, false],
             content_store: false,
             module_fd: false,
+            memory_limit: Some(64 << 20),
         });
         send(&a, &msg, &[w.as_fd()]).unwrap();
         send(&a, &ToAgent::Kill { signal: 9 }, &[]).unwrap();

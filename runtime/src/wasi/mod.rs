@@ -353,6 +353,8 @@ pub struct GuestState {
     scratch: Vec<u8>,
     /// What `wasi::thread-spawn` needs (set by [`crate::host`] for threaded guests).
     pub threads: Option<Arc<crate::host::Threads>>,
+    /// The store's resource limits (a pod's memory limit; none by default).
+    pub limits: wasmtime::StoreLimits,
 }
 
 impl GuestState {
@@ -362,6 +364,7 @@ impl GuestState {
             mem,
             scratch: Vec::new(),
             threads: None,
+            limits: wasmtime::StoreLimits::default(),
         }
     }
 }

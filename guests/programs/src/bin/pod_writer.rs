@@ -19,7 +19,8 @@
 //! Exit codes: `$POD_EXIT` good, 1 another I/O error, 2 usage, 3 a damaged record, 4 ENOSPC.
 //!
 //! With `$POD_SLEEP_SECS`, it sleeps that long after `ok` before it exits (a pod killed
-//! while it waits in the host).
+//! while it waits in the host). With `$POD_ALLOC_MIB`, it first allocates and fills that
+//! many MiB and says `allocated N MiB` (a pod's memory limit).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -47,6 +48,13 @@ fn main() {
     say(format!("start {now}"));
     if let Ok(motd) = std::fs::read_to_string("/etc/motd") {
         say(format!("motd {}", motd.trim()));
+    }
+    if let Some(mib) = std::env::var("POD_ALLOC_MIB")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+    {
+        let block = vec![1u8; mib << 20];
+        say(format!("allocated {} MiB", block.iter().filter(|&&b| b == 1).count() >> 20));
     }
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
