@@ -4,7 +4,8 @@
 //! The node's device has one owner, the node agent (`valet-run node`, a DaemonSet in a
 //! cluster; see `valet_runtime::node` for why and how it runs pods). This shim runs no
 //! guest: for each container it reads the bundle's OCI spec (`config.json`: process args
-//! and env, rootfs, annotations), checks the `valet.io/*` annotations
+//! and env, rootfs, annotations, the memory limit, which caps the guest's linear memory),
+//! checks the `valet.io/*` annotations
 //! (`valet_runtime::node::pod`), and hands the agent, over its Unix socket, the request and
 //! the container's rootfs directory and stdio fifos as open descriptors. The agent prepares
 //! everything at create time (tenant, policy, quota, the compiled module) so that a mistake
