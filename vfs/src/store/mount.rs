@@ -366,13 +366,28 @@ mod tests {
     }
 
     /// Appends `op` to the journal as one more transaction, with valid checksums: what a
-    /// damaged or crafted journal can hold.
-    fn append_transaction(device: &Arc<dyn ZonedDevice>, op: MetaOp) {
+    /// damaged or crafted journal can hold. Returns its sequence number.
+    fn append_transaction(device: &Arc<dyn ZonedDevice>, op: MetaOp) -> u64 {
         let rec = journal::recover(&**device).unwrap().unwrap();
         let mut journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
         let record = journal.encode_transaction(&[op]).unwrap();
         journal.append_record(&record).unwrap();
         device.sync().unwrap();
+        rec.last_seq + 1
+    }
+
+    /// [`append_transaction`], then a harmless one after it (no change to `file`), so that
+    /// `op` is not the newest: the newest is dropped when its extents' checksums do not
+    /// match, as a transaction whose sync never completed.
+    fn append_not_newest(device: &Arc<dyn ZonedDevice>, op: MetaOp, file: Ino) -> u64 {
+        let seq = append_transaction(device, op);
+        let nothing = MetaOp::Extend {
+            ino: file,
+            size: 0,
+            mtime_ns: 0,
+        };
+        append_transaction(device, nothing);
+        seq
     }
 
     /// The metadata as the journal holds it now.
@@ -423,14 +438,7 @@ mod tests {
             extent,
             crc: 0,
         };
-        append_transaction(&device, op);
-        // Not the newest: that one is dropped when its extents' checksums do not match.
-        let time = MetaOp::Extend {
-            ino: a_file,
-            size: 0,
-            mtime_ns: 0,
-        };
-        append_transaction(&device, time);
+        append_not_newest(&device, op, a_file);
         refused_unchanged(&device, "owned by two extents");
     }
 
@@ -444,14 +452,7 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
         };
-        append_transaction(&device, missing);
-        let seq = journal::recover(&*device).unwrap().unwrap().last_seq;
-        let time = MetaOp::Extend {
-            ino: a_file,
-            size: 0,
-            mtime_ns: 0,
-        };
-        append_transaction(&device, time);
+        let seq = append_not_newest(&device, missing, a_file);
         refused_unchanged(&device, &format!("journal record {seq} does not apply"));
     }
 
@@ -461,13 +462,7 @@ mod tests {
     #[test]
     fn a_journal_releasing_a_zone_past_the_device_is_refused() {
         let (device, a_file, _) = two_tenants();
-        append_transaction(&device, MetaOp::ReleaseZone { zone: 20 });
-        let time = MetaOp::Extend {
-            ino: a_file,
-            size: 0,
-            mtime_ns: 0,
-        };
-        append_transaction(&device, time);
+        append_not_newest(&device, MetaOp::ReleaseZone { zone: 20 }, a_file);
         refused_unchanged(&device, "zone 20 out of range");
     }
 }
