@@ -123,8 +123,9 @@ fn timeout_stops_a_spinning_guest_and_spares_a_quick_one() {
 }
 
 /// `--timeout` also stops a guest blocked in the host, which no epoch check reaches: one
-/// asleep in `poll_oneoff` for an hour, one reading a stdin that stays open and silent.
-/// Both end with 124 once the limit passes, not when their wait would have.
+/// asleep in `poll_oneoff` for an hour, one reading a stdin that stays open and silent, one
+/// writing to a socket whose peer never reads. Each ends with 124 once the limit passes,
+/// not when its wait would have.
 #[test]
 fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -136,6 +137,11 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
                    (func $poll (param i32 i32 i32 i32) (result i32)))
                  (import "wasi_snapshot_preview1" "fd_read"
                    (func $read (param i32 i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "fd_write"
+                   (func $write (param i32 i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "sock_accept"
+                   (func $accept (param i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
                  (memory (export "memory") 1)
                  (func (export "_start") {body}))"#
         );
@@ -156,12 +162,32 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
          (i32.store (i32.const 104) (i32.const 10))
          (drop (call $read (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 300)))",
     );
-    for app in [&sleeper, &reader] {
+    // Accepts a connection on the listener (descriptor 4, after the store's directory),
+    // then writes 60,000 bytes at a time to it (one iovec at 100) until stopped; exits
+    // with 7 if the accept or a write fails.
+    let writer = guest(
+        "write.wasm",
+        "(i32.store (i32.const 100) (i32.const 1000))
+         (i32.store (i32.const 104) (i32.const 60000))
+         (if (call $accept (i32.const 4) (i32.const 0) (i32.const 200))
+           (then (call $exit (i32.const 7))))
+         (loop $l
+           (if (call $write (i32.load (i32.const 200)) (i32.const 100) (i32.const 1)
+                            (i32.const 300))
+             (then (call $exit (i32.const 7))))
+           (br $l))",
+    );
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    for app in [&sleeper, &reader, &writer] {
         let started = std::time::Instant::now();
         let mut child = valet_run()
             .arg("--device")
             .arg(dir.path().join("dev"))
             .args(["--zone-size", "16", "--zones", "16", "--timeout", "500ms"])
+            .args(["--tcplisten", &format!("127.0.0.1:{port}")])
             .arg(app)
             .stdin(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -169,6 +195,14 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
             .unwrap();
         // Held open, never written: the reader's stdin has nothing to give and no end.
         let _stdin = child.stdin.take();
+        // Connected, never read: the writer fills the socket's buffers, then waits.
+        let _peer = (app == &writer).then(|| loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(peer) => break peer,
+                Err(e) if started.elapsed().as_secs() > 30 => panic!("connecting: {e}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        });
         // Far below the hour, and below any wait on stdin: only the limit can end it.
         while child.try_wait().unwrap().is_none() {
             if started.elapsed() > std::time::Duration::from_secs(60) {

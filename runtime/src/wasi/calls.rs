@@ -848,6 +848,49 @@ fn fd_read(
     Ok(total)
 }
 
+/// Writes all of `data` to a socket. On a blocking one (as the guest sees it), each send
+/// takes what fits without blocking, and when nothing fits it waits for room where a
+/// stopped guest can be woken (see `WasiCtx::wait`), so a peer that stops reading cannot
+/// hold a killed guest. A non-blocking one gives EAGAIN as before.
+fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> std::io::Result<()> {
+    if d.flags() & fdflags::NONBLOCK != 0 {
+        return (&*s).write_all(data);
+    }
+    let mut rest = data;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a valid buffer of its length for the call.
+        let sent = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent >= 0 {
+            rest = &rest[sent as usize..];
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::Interrupted => {}
+            std::io::ErrorKind::WouldBlock => {
+                let mut room = [libc::pollfd {
+                    fd: s.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                }];
+                // Its only error that is not the guest's end is a failed ppoll, which
+                // never fails on a valid descriptor: both end the write as interrupted.
+                w.wait(&mut room, None)
+                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINTR))?;
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Before a blocking read of a socket or stdin: wait for data where a stopped guest can be
 /// woken (see `WasiCtx::wait`). Nothing to wait for on a descriptor the guest made
 /// non-blocking: its read returns EAGAIN.
@@ -945,7 +988,7 @@ fn fd_write(
                 let r = match &d.kind {
                     Kind::Stdout => w.stdio_write(1, data),
                     Kind::Stderr => w.stdio_write(2, data),
-                    Kind::Stream(s) => (&*s).write_all(data),
+                    Kind::Stream(s) => send_all(w, &d, s, data),
                     _ => unreachable!(),
                 };
                 match r {
