@@ -346,9 +346,11 @@ fn reseal(image: &mut [u8], at: usize, len: usize) {
 
 /// Metadata damaged behind valid checksums (a controller returning wrong data, a crafted
 /// image): a few bytes of one journal record changed and the record sealed again, for 200
-/// seeds. Each image is either refused with one line, its zones left as they were, or
-/// mounts as a store fsck finds consistent, which stays so through writes and a remount.
-/// Never a panic. (Found: a release of a zone past the device indexed out of bounds.)
+/// seeds (`VALET_DAMAGED_SEEDS=N` for more). Each image is either refused with one line,
+/// its zones left as they were, or mounts as a store fsck finds consistent, which stays so
+/// through writes and a remount. Never a panic. (Found: a release of a zone past the
+/// device indexed out of bounds; with 4,000 seeds, an inline piece of no bytes failed a
+/// mount after its checkpoint was written.)
 #[test]
 fn metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,7 +361,11 @@ fn metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent() {
     let path = dir.path().join("zones.img");
     let zones_start = pristine.len() - (ZONE * geometry().zone_count as u64) as usize;
     let (mut refused, mut mounted) = (0, 0);
-    for seed in 1..=200u64 {
+    let seeds: u64 = std::env::var("VALET_DAMAGED_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    for seed in 1..=seeds {
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let mut next = move || {
             x ^= x << 13;

@@ -168,6 +168,34 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
         }
     }
 
+    // Inline tails: each lies inside a live file, with a generation the window counter can
+    // pass (a mount starts the counter at the newest one).
+    for (ino, pieces) in state.inline.files() {
+        let size = match state.inodes.get(&ino) {
+            Some(i) if i.kind == FileKind::File => i.size,
+            _ => {
+                problem(format!(
+                    "inline bytes are kept for inode {ino}, not a live file"
+                ));
+                continue;
+            }
+        };
+        for piece in pieces {
+            let (at, len) = (piece.offset, piece.data.len());
+            if at.checked_add(len as u64).is_none_or(|end| end > size) {
+                problem(format!(
+                    "inode {ino}: inline bytes at {at} (+{len}) past its size {size}"
+                ));
+            }
+            if piece.gen > u64::MAX / 2 {
+                problem(format!(
+                    "inode {ino}: inline bytes of generation {} out of range",
+                    piece.gen
+                ));
+            }
+        }
+    }
+
     // Namespace: entries point at live inodes, link counts match, each directory has one
     // parent entry, and everything linked is reachable from its tenant's root.
     let mut links: HashMap<Ino, u32> = HashMap::new();

@@ -38,6 +38,10 @@ impl InlineTails {
     /// Adds a piece; one that continues the file's newest piece of the same window (a log
     /// synced record by record) grows it.
     pub fn add(&mut self, ino: Ino, gen: u64, offset: u64, data: &[u8]) {
+        // No bytes, nothing to keep (and no window's flush would ever retire it).
+        if data.is_empty() {
+            return;
+        }
         self.bytes += data.len() as u64;
         let pieces = self.files.entry(ino).or_default();
         match pieces.last_mut() {
@@ -119,6 +123,17 @@ impl InlineTails {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent`:
+    /// a journaled piece of no bytes was kept, no flush ever retired it, and the mount
+    /// failed after it had written a checkpoint.
+    #[test]
+    fn a_piece_of_no_bytes_is_not_kept() {
+        let mut t = InlineTails::default();
+        t.add(7, 1, 300, &[]);
+        assert_eq!(t.files().count(), 0);
+        assert_eq!(t.bytes(), 0);
+    }
 
     #[test]
     fn appends_grow_one_piece_and_generations_retire_in_order() {
