@@ -875,14 +875,9 @@ fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> std:
         match e.kind() {
             std::io::ErrorKind::Interrupted => {}
             std::io::ErrorKind::WouldBlock => {
-                let mut room = [libc::pollfd {
-                    fd: s.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                }];
                 // Its only error that is not the guest's end is a failed ppoll, which
                 // never fails on a valid descriptor: both end the write as interrupted.
-                w.wait(&mut room, None)
+                w.wait_for(s.as_raw_fd(), libc::POLLOUT)
                     .map_err(|_| std::io::Error::from_raw_os_error(libc::EINTR))?;
             }
             _ => return Err(e),
@@ -898,7 +893,7 @@ fn wait_unless_nonblocking(w: &WasiCtx, d: &Desc, host_fd: i32) -> R<()> {
     if d.flags() & fdflags::NONBLOCK != 0 {
         return Ok(());
     }
-    w.wait_readable(host_fd)
+    w.wait_for(host_fd, libc::POLLIN)
 }
 
 fn read_full_at(f: &std::fs::File, buf: &mut [u8], mut at: u64) -> R<usize> {

@@ -262,13 +262,43 @@ impl WasiCtx {
         fds: &mut [libc::pollfd],
         timeout: Option<Duration>,
     ) -> std::result::Result<(), Errno> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut all = fds.to_vec();
-        all.push(libc::pollfd {
+        all.push(self.waker_pollfd());
+        self.poll_woken(&mut all, timeout)?;
+        for (fd, polled) in fds.iter_mut().zip(&all) {
+            fd.revents = polled.revents;
+        }
+        Ok(())
+    }
+
+    /// Waits until host descriptor `fd` is ready for `events` (`POLLIN` before a blocking
+    /// read of a socket or stdin, `POLLOUT` before a send), unless the guest is ending
+    /// (EINTR). Allocates nothing: it runs before reads.
+    pub(crate) fn wait_for(&self, fd: i32, events: i16) -> std::result::Result<(), Errno> {
+        let one = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        self.poll_woken(&mut [one, self.waker_pollfd()], None)
+    }
+
+    fn waker_pollfd(&self) -> libc::pollfd {
+        libc::pollfd {
             fd: self.waker.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        });
+        }
+    }
+
+    /// ppoll(2) on `all`, whose last entry is the waker, retried after a signal: EINTR if
+    /// the guest is ending or the waker fired.
+    fn poll_woken(
+        &self,
+        all: &mut [libc::pollfd],
+        timeout: Option<Duration>,
+    ) -> std::result::Result<(), Errno> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.is_ending() {
                 return Err(Errno::INTR);
@@ -301,22 +331,8 @@ impl WasiCtx {
             if all.last().is_some_and(|w| w.revents != 0) {
                 return Err(Errno::INTR);
             }
-            for (fd, polled) in fds.iter_mut().zip(&all) {
-                fd.revents = polled.revents;
-            }
             return Ok(());
         }
-    }
-
-    /// Waits until host descriptor `fd` has something to read (or its end), unless the
-    /// guest is ending (EINTR): before a blocking read of a socket or stdin.
-    pub(crate) fn wait_readable(&self, fd: i32) -> std::result::Result<(), Errno> {
-        let mut one = [libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        self.wait(&mut one, None)
     }
 
     pub fn is_ending(&self) -> bool {
