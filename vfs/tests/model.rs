@@ -979,6 +979,10 @@ impl Model {
             if target == src {
                 return Ok(());
             }
+            // Linux: a directory that holds the source is not empty, whatever the source is.
+            if matches!(target, Entry::Dir(_)) && from.starts_with(&format!("{to}/")) {
+                return Err(libc::ENOTEMPTY);
+            }
             match (src, target) {
                 (Entry::File(_), Entry::Dir(_)) => return Err(libc::EISDIR),
                 (Entry::Dir(_), Entry::File(_)) => return Err(ENOTDIR),
@@ -1008,14 +1012,15 @@ impl Model {
     }
 
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        // Linux's order: the old name, the new name, then whether the old may be linked.
         let src = self.lookup(from)?;
-        if matches!(src, Entry::Dir(_)) {
-            // POSIX: hard links to directories are not permitted.
-            return Err(libc::EPERM);
-        }
         self.check_parent(to)?;
         if self.names.contains_key(to) {
             return Err(libc::EEXIST);
+        }
+        if matches!(src, Entry::Dir(_)) {
+            // POSIX: hard links to directories are not permitted.
+            return Err(libc::EPERM);
         }
         self.names.insert(to.to_string(), src);
         Ok(())

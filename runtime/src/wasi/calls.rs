@@ -1194,13 +1194,11 @@ fn path_open(
         return Err(Errno::INVAL);
     }
     // What wasmtime's preview1 opens for: creating or truncating writes; no write right
-    // means read.
-    let mut write = base & rights::FD_WRITE != 0 || of & (oflags::CREAT | oflags::TRUNC) != 0;
+    // means read. Append alone does not make a descriptor writable (POSIX's O_RDONLY |
+    // O_APPEND: its writes fail with EBADF).
+    let write = base & rights::FD_WRITE != 0 || of & (oflags::CREAT | oflags::TRUNC) != 0;
     let read = base & rights::FD_READ != 0 || !write;
     let append = fdf & fdflags::APPEND != 0;
-    if append {
-        write = true;
-    }
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
     let kind = match dir {
         DirRef::Store(s) => s.open(&path, follow, of, read, write, append)?,

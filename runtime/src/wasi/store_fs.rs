@@ -110,11 +110,13 @@ impl StoreDir {
         }
         let opts = OpenOptions {
             read,
-            write: write || append,
+            write,
+            // The store's append implies write (as std's does); a read-only descriptor
+            // keeps its append flag (`fd_fdstat_get`) but writes nothing.
+            append: append && write,
             create: of & oflags::CREAT != 0,
             exclusive: of & oflags::EXCL != 0,
             truncate: of & oflags::TRUNC != 0,
-            append,
             nofollow: !follow,
         };
         let handle = self.store.open_file(self.ino, path, opts)?;
@@ -154,8 +156,18 @@ impl StoreDir {
         Ok(self.store.read_link(self.ino, path)?)
     }
 
+    /// A removed directory (inode numbers are never reused) still has a stat, as Linux
+    /// gives one: a directory with no links and no size.
     pub fn stat(&self) -> Result<Filestat, Errno> {
-        Ok(filestat(&self.store.metadata(self.ino)?))
+        match self.store.metadata(self.ino) {
+            Ok(m) => Ok(filestat(&m)),
+            Err(valet_vfs::Error::NotFound) => Ok(Filestat {
+                ino: self.ino,
+                filetype: filetype::DIRECTORY,
+                ..Filestat::default()
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub fn stat_path(&self, path: &str, follow: bool) -> Result<Filestat, Errno> {
@@ -178,9 +190,14 @@ impl StoreDir {
         Ok(self.store.set_times(ino, ns(atim), ns(mtim))?)
     }
 
-    /// The entries (sorted by name), and the inodes of `.` and `..`.
+    /// The entries (sorted by name), and the inodes of `.` and `..`. A removed directory
+    /// lists as empty (glibc's `readdir` of one ends at once).
     pub fn list(&self) -> Result<(u64, u64, Vec<Item>), Errno> {
-        let parent = self.store.parent(self.ino)?;
+        let parent = match self.store.parent(self.ino) {
+            Ok(parent) => parent,
+            Err(valet_vfs::Error::NotFound) => return Ok((self.ino, self.ino, Vec::new())),
+            Err(e) => return Err(e.into()),
+        };
         let items = self
             .store
             .read_dir(self.ino)?

@@ -1047,10 +1047,15 @@ impl Store {
     /// that syncs its directory after creating a file does not wait for another tenant's
     /// megabytes.
     pub fn sync_dir(&self, dir: Ino) -> Result<()> {
-        if self.lock()?.state.inode(dir)?.kind != FileKind::Dir {
-            return Err(Error::NotDir);
+        let kind = self.lock()?.state.inode(dir).map(|i| i.kind);
+        match kind {
+            Ok(FileKind::Dir) => self.commit_inode(dir),
+            Ok(_) => Err(Error::NotDir),
+            // A removed directory (a descriptor outlived it): its removal is what to make
+            // durable, as Linux's fsync of such a descriptor does.
+            Err(Error::NotFound) => self.commit_for(Asker::Sync),
+            Err(e) => Err(e),
         }
-        self.commit_inode(dir)
     }
 
     /// Checks every invariant of the store; see [`FsckReport`].

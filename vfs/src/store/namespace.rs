@@ -461,6 +461,11 @@ impl Inner {
                 return Ok(None);
             }
             let t_inode = self.state.inode(t)?;
+            // Linux refuses to replace a directory that holds the source before it looks
+            // at the source's kind.
+            if t_inode.kind == FileKind::Dir && self.state.is_within(src_parent, t) {
+                return Err(Error::NotEmpty);
+            }
             match (is_dir, t_inode.kind == FileKind::Dir) {
                 (false, true) => return Err(Error::IsDir),
                 (true, false) => return Err(Error::NotDir),
@@ -503,16 +508,17 @@ impl Inner {
         to_dir: Ino,
         to: &str,
     ) -> Result<()> {
+        // Linux's order of checks: the old name, the new one, then what may be linked.
         let ino = self.state.lookup_at(from_dir, from, follow)?;
-        if self.state.inode(ino)?.kind == FileKind::Dir {
-            return Err(Error::NotAllowed("hard links to directories"));
-        }
         let (parent, name) = self.state.resolve_parent(to_dir, to)?;
         if self.state.inode(parent)?.entries.contains_key(&name) {
             return Err(Error::Exists);
         }
         if self.state.inode(parent)?.tenant != self.state.inode(ino)?.tenant {
             return Err(Error::Escape);
+        }
+        if self.state.inode(ino)?.kind == FileKind::Dir {
+            return Err(Error::NotAllowed("hard links to directories"));
         }
         self.record(MetaOp::Link {
             dir: parent,

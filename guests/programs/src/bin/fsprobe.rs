@@ -657,6 +657,19 @@ fn append(d: Fd) {
     );
     show("close log", close(f).map(|_| String::new()));
     show("cat log", cat(d, "log"));
+    // O_RDONLY | O_APPEND: the flag does not make the descriptor writable.
+    let f = open_flags(d, "log", NONE, RO, wasi::FDFLAGS_APPEND).unwrap_or(u32::MAX);
+    show("open log APPEND read-only: fdstat", fdstat(f));
+    show(
+        "fd_write five (read-only)",
+        writev(f, &[b"five\n"], None).map(|n| n.to_string()),
+    );
+    show(
+        "fd_pwrite five at 0 (read-only)",
+        writev(f, &[b"five\n"], Some(0)).map(|n| n.to_string()),
+    );
+    show("close log", close(f).map(|_| String::new()));
+    show("cat log", cat(d, "log"));
 }
 
 fn sync(d: Fd, root: Fd) {
@@ -1037,8 +1050,27 @@ fn directories(d: Fd) {
     show("unlink \"\"", unl(""));
     show("unlink dd/file", unl("dd/file"));
     show("unlink dd/file again", unl("dd/file"));
-    show("rmdir dd (now empty)", rmd("dd"));
+    let held = open(d, "dd", DIRECTORY, RO).unwrap_or(u32::MAX);
+    show("rmdir dd (now empty, held open)", rmd("dd"));
     show("stat dd", pstat(d, "dd").map(|s| fmt_stat(&s)));
+    // Linux keeps a removed directory's descriptor usable for fstat and fsync; names
+    // under it are gone.
+    show(
+        "fd_filestat_get of removed dd",
+        fstat(held).map(|s| kind(s.filetype).into()),
+    );
+    show("fd_sync of removed dd", unsafe {
+        wasi::fd_sync(held).map(|_| String::new())
+    });
+    show(
+        "create under removed dd",
+        open(held, "f", CREAT, ALL).map(|_| String::new()),
+    );
+    show(
+        "fd_readdir of removed dd",
+        readdir(held, 256, 0).map(|e| names(&e).join(" ")),
+    );
+    show("close removed dd", close(held).map(|_| String::new()));
     show("mkdir on a file fd", {
         let f = open(d, "st", NONE, RO).unwrap_or(u32::MAX);
         let r = unsafe { wasi::path_create_directory(f, "x") }.map(|_| String::new());
@@ -1284,7 +1316,10 @@ fn symlinks(d: Fd) {
         "symlink: stat sl (no follow) in full",
         lstat(d, "sl").map(|s| fmt_stat(&s)),
     );
-    show("symlink: stat sl (follow)", pstat(d, "sl").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat sl (follow)",
+        pstat(d, "sl").map(|s| fmt_stat(&s)),
+    );
     show("symlink: cat sl", cat(d, "sl"));
     show(
         "symlink: write through sl",
@@ -1333,7 +1368,10 @@ fn symlinks(d: Fd) {
         "symlink: hard link of sl -> hl (the link itself)",
         unsafe { wasi::path_link(d, 0, "sl", d, "hl") }.map(|_| String::new()),
     );
-    show("symlink: stat hl (no follow)", lstat(d, "hl").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat hl (no follow)",
+        lstat(d, "hl").map(|s| fmt_stat(&s)),
+    );
     show("symlink: path_readlink hl", readlink(d, "hl", 64));
     show("symlink: unlink hl", unlink(d, "hl"));
     show("symlink: rename sl -> sl2", unsafe {
@@ -1348,16 +1386,25 @@ fn symlinks(d: Fd) {
     show("symlink: rename over -> sl2 (a file over a link)", unsafe {
         wasi::path_rename(d, "over", d, "sl2").map(|_| String::new())
     });
-    show("symlink: stat sl2 (no follow)", lstat(d, "sl2").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat sl2 (no follow)",
+        lstat(d, "sl2").map(|s| fmt_stat(&s)),
+    );
     show("symlink: cat target (untouched)", cat(d, "target"));
     show("symlink: unlink sl2", unlink(d, "sl2"));
 
     println!("## symlinks to directories");
     let _ = unsafe { wasi::path_create_directory(d, "sdir") };
     let _ = touch(d, "sdir/in", b"inside");
-    show("symlink: path_symlink in -> sdir/lnk", symlink("in", d, "sdir/lnk"));
+    show(
+        "symlink: path_symlink in -> sdir/lnk",
+        symlink("in", d, "sdir/lnk"),
+    );
     show("symlink: path_symlink sdir -> dl", symlink("sdir", d, "dl"));
-    show("symlink: stat dl (follow)", pstat(d, "dl").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat dl (follow)",
+        pstat(d, "dl").map(|s| fmt_stat(&s)),
+    );
     show(
         "symlink: stat dl (no follow)",
         lstat(d, "dl").map(|s| kind(s.filetype).to_string()),
@@ -1385,7 +1432,10 @@ fn symlinks(d: Fd) {
         touch(d, "dl/new", b"new").map(|_| String::new()),
     );
     show("symlink: ls sdir", ls(d, "sdir"));
-    show("symlink: stat dl/../target", pstat(d, "dl/../target").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat dl/../target",
+        pstat(d, "dl/../target").map(|s| fmt_stat(&s)),
+    );
     show(
         "symlink: mkdir dl (exists as a link)",
         unsafe { wasi::path_create_directory(d, "dl") }.map(|_| String::new()),
@@ -1404,9 +1454,18 @@ fn symlinks(d: Fd) {
     rm_rf(d, "sdir");
 
     println!("## dangling symlinks and loops");
-    show("symlink: path_symlink nowhere -> dang", symlink("nowhere", d, "dang"));
-    show("symlink: stat dang (follow)", pstat(d, "dang").map(|s| fmt_stat(&s)));
-    show("symlink: stat dang (no follow)", lstat(d, "dang").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: path_symlink nowhere -> dang",
+        symlink("nowhere", d, "dang"),
+    );
+    show(
+        "symlink: stat dang (follow)",
+        pstat(d, "dang").map(|s| fmt_stat(&s)),
+    );
+    show(
+        "symlink: stat dang (no follow)",
+        lstat(d, "dang").map(|s| fmt_stat(&s)),
+    );
     show("symlink: cat dang", cat(d, "dang"));
     show("symlink: path_readlink dang", readlink(d, "dang", 64));
     show(
@@ -1424,28 +1483,49 @@ fn symlinks(d: Fd) {
     show("symlink: cat nowhere", cat(d, "nowhere"));
     show("symlink: unlink dang", unlink(d, "dang"));
     show("symlink: unlink nowhere", unlink(d, "nowhere"));
-    show("symlink: path_symlink loop -> loop", symlink("loop", d, "loop"));
-    show("symlink: stat loop (follow)", pstat(d, "loop").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: path_symlink loop -> loop",
+        symlink("loop", d, "loop"),
+    );
+    show(
+        "symlink: stat loop (follow)",
+        pstat(d, "loop").map(|s| fmt_stat(&s)),
+    );
     show(
         "symlink: stat loop (no follow)",
         lstat(d, "loop").map(|s| kind(s.filetype).to_string()),
     );
     show("symlink: cat loop", cat(d, "loop"));
-    show("symlink: stat loop/x", pstat(d, "loop/x").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat loop/x",
+        pstat(d, "loop/x").map(|s| fmt_stat(&s)),
+    );
     show(
         "symlink: create loop/x",
         touch(d, "loop/x", b"").map(|_| String::new()),
     );
-    show("symlink: path_symlink pong -> ping", symlink("pong", d, "ping"));
-    show("symlink: path_symlink ping -> pong", symlink("ping", d, "pong"));
+    show(
+        "symlink: path_symlink pong -> ping",
+        symlink("pong", d, "ping"),
+    );
+    show(
+        "symlink: path_symlink ping -> pong",
+        symlink("ping", d, "pong"),
+    );
     show("symlink: cat ping", cat(d, "ping"));
     show("symlink: unlink loop, ping, pong", {
-        unlink(d, "loop").and(unlink(d, "ping")).and(unlink(d, "pong"))
+        unlink(d, "loop")
+            .and(unlink(d, "ping"))
+            .and(unlink(d, "pong"))
     });
     // A chain: c0 -> target, c{i} -> c{i-1}. Reaching target from c{n} follows n + 1 links.
     let chain: Vec<String> = (0..=40)
         .map(|i| {
-            let to = if i == 0 { "target".to_string() } else { format!("c{}", i - 1) };
+            let to = if i == 0 {
+                "target".to_string()
+            } else {
+                format!("c{}", i - 1)
+            };
             symlink(&to, d, &format!("c{i}")).map(|_| String::new())
         })
         .filter_map(|r| r.err().map(rawfs::errno_name))
@@ -1462,7 +1542,10 @@ fn symlinks(d: Fd) {
         "symlink: path_symlink ../t/target -> esc",
         symlink("../t/target", d, "esc"),
     );
-    show("symlink: stat esc (follow)", pstat(d, "esc").map(|s| fmt_stat(&s)));
+    show(
+        "symlink: stat esc (follow)",
+        pstat(d, "esc").map(|s| fmt_stat(&s)),
+    );
     show(
         "symlink: stat esc (no follow)",
         lstat(d, "esc").map(|s| kind(s.filetype).to_string()),
