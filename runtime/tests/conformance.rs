@@ -427,8 +427,9 @@ fn accepted(valet: &str, stock: &str) -> bool {
 
 /// Random sequences of file-system calls (the `fsrandom` guest: opens, writes and reads at
 /// the position and at offsets, seeks, size changes, syncs, renames, links, symlinks,
-/// directories) give the same transcript on the store as on a host directory under stock
-/// wasmtime, and the store's tree after a remount is the one stock left on disk.
+/// directories) give stock wasmtime's transcript over a host directory, both under
+/// `valet-run` on the store and under `valet-run --dir` over another host directory; the
+/// store's tree after a remount is the one stock left on disk.
 /// `VALET_FSRANDOM_SEEDS=N` runs seeds 1..=N (default 12, 400 calls each); `FSPROBE_DUMP=DIR`
 /// writes the transcripts out.
 #[test]
@@ -440,11 +441,20 @@ fn random_call_sequences_match_stock_wasmtime_and_survive_a_remount() {
     // Each seed leaves about 100 KB behind: room for them all (the image is sparse).
     let zones = (16 + seeds.parse::<u64>().unwrap() / 8).to_string();
     let dev = tempfile::tempdir().unwrap();
-    let valet = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-            .arg("--device")
-            .arg(dev.path())
-            .args(["--zone-size", "16", "--zones", &zones, probe, "--"])
+    let valet_dir = tempfile::tempdir().unwrap();
+    let mut mount = valet_dir.path().as_os_str().to_owned();
+    mount.push("::/data");
+    let valet = |host_dir: bool, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
+        command.arg("--device").arg(dev.path());
+        if host_dir {
+            // The store moves out of the way of the host directory.
+            command.args(["--mount", "/store", "--dir"]).arg(&mount);
+        } else {
+            command.args(["--zone-size", "16", "--zones", &zones]);
+        }
+        let out = command
+            .args([probe, "--"])
             .args(&args[1..])
             .output()
             .expect("running valet-run");
@@ -469,28 +479,33 @@ fn random_call_sequences_match_stock_wasmtime_and_survive_a_remount() {
         ("the calls", &run[..]),
         ("the tree after a remount", &dump[..]),
     ] {
-        let (v, s) = (valet(args), stock(args));
-        if let Some(dir) = std::env::var_os("FSPROBE_DUMP") {
-            let dir = std::path::PathBuf::from(dir);
-            std::fs::write(dir.join(format!("fsrandom-{}-valet.txt", args[2])), &v).unwrap();
-            std::fs::write(dir.join(format!("fsrandom-{}-stock.txt", args[2])), &s).unwrap();
-        }
-        assert!(v.lines().count() > 100, "{v}");
-        if let Some((i, (vl, sl))) = v
-            .lines()
-            .zip(s.lines())
-            .enumerate()
-            .find(|(_, (vl, sl))| vl != sl && !accepted(vl, sl))
-        {
-            panic!(
-                "{what} differ from stock wasmtime's at line {}:\n  valet: {vl}\n  stock: {sl}",
-                i + 1
+        let s = stock(args);
+        for (on, host_dir) in [("store", false), ("host directory", true)] {
+            let v = valet(host_dir, args);
+            if let Some(dir) = std::env::var_os("FSPROBE_DUMP") {
+                let dir = std::path::PathBuf::from(dir);
+                let name = |who: &str| format!("fsrandom-{}-{who}.txt", args[2]);
+                std::fs::write(dir.join(name(&on.replace(' ', "-"))), &v).unwrap();
+                std::fs::write(dir.join(name("stock")), &s).unwrap();
+            }
+            assert!(v.lines().count() > 100, "{v}");
+            if let Some((i, (vl, sl))) = v
+                .lines()
+                .zip(s.lines())
+                .enumerate()
+                .find(|(_, (vl, sl))| vl != sl && !accepted(vl, sl))
+            {
+                panic!(
+                    "{what} on the {on} differ from stock wasmtime's at line {}:\n  valet: {vl}\n  \
+                     stock: {sl}",
+                    i + 1
+                );
+            }
+            assert_eq!(
+                v.lines().count(),
+                s.lines().count(),
+                "{what} on the {on}: one transcript ends early"
             );
         }
-        assert_eq!(
-            v.lines().count(),
-            s.lines().count(),
-            "{what}: one transcript ends early"
-        );
     }
 }

@@ -953,10 +953,12 @@ fn fd_write(
             if !d.write {
                 return Err(Errno::BADF);
             }
-            let append = offset.is_none() && d.flags() & fdflags::APPEND != 0;
+            // An append descriptor writes at the end, `fd_pwrite` too (as Linux's pwrite on
+            // an O_APPEND file, stock, and the store's append handles do).
+            let append = d.flags() & fdflags::APPEND != 0;
             let mut at = match offset {
+                _ if append => f.file.metadata()?.len(),
                 Some(o) => o,
-                None if append => f.file.metadata()?.len(),
                 None => d.pos.load(Ordering::Acquire),
             };
             for i in 0..n {
