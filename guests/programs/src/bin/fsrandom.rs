@@ -27,10 +27,12 @@ use wasi::Fd;
 /// Paths a sequence works on, relative to its subdirectory: a few names at two depths,
 /// so renames and links move files between directories and over each other.
 const PATHS: &[&str] = &[
-    "a", "b", "c", "d", "e", "d/a", "d/b", "d/d", "d/d/a", "e/a", "e/b", "l",
+    "a", "b", "c", "d", "e", "d/a", "d/b", "d/d", "d/d/a", "e/a", "e/b", "l", "d/../c",
+    "e/../d/b",
 ];
-/// What symlinks point at (all inside the subdirectory: escapes are fsprobe's business).
-const TARGETS: &[&str] = &["a", "d", "d/a", "b", "nowhere"];
+/// What symlinks point at (all inside the preopened directory: escapes are fsprobe's
+/// business).
+const TARGETS: &[&str] = &["a", "d", "d/a", "b", "nowhere", "..", "d/..", "../s0"];
 const SLOTS: usize = 4;
 /// Reads stay under stock wasmtime's 64 KiB cap on one read.
 const MAX_READ: u64 = 60_000;
@@ -203,7 +205,7 @@ fn run(root: Fd, seed: u64, ops: u64) {
         }
         let fd = slots[slot];
         let label = |what: String| format!("{i} {what}");
-        match rng.below(26) {
+        match rng.below(27) {
             0..=2 => {
                 let path = rng.pick(PATHS);
                 let mut oflags = 0;
@@ -411,6 +413,24 @@ fn run(root: Fd, seed: u64, ops: u64) {
                         let flags = if append { wasi::FDFLAGS_APPEND } else { 0 };
                         unit(unsafe { wasi::fd_fdstat_set_flags(fd, flags) })
                     }),
+                );
+            }
+            25 => {
+                // Another slot's descriptor number takes this one's place.
+                let to = rng.below(SLOTS as u64) as usize;
+                show(
+                    &label(format!("renumber {slot} {to}")),
+                    match (slots[slot], slots[to]) {
+                        (Some(from_fd), Some(to_fd)) => {
+                            unit(unsafe { wasi::fd_renumber(from_fd, to_fd) }).map(|s| {
+                                if slot != to {
+                                    slots[slot] = None;
+                                }
+                                s
+                            })
+                        }
+                        _ => Ok("empty".into()),
+                    },
                 );
             }
             24 => {
