@@ -139,3 +139,68 @@ fn check_files(dev: &Path, threads: u64, size: u64) {
     let report = store.fsck().unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
 }
+
+/// Runs `guest ARGS` under valet-run on the store in `dev` (`geometry`: `--zone-size` and
+/// `--zones`) and returns its stdout.
+fn transcript(dev: &Path, geometry: [&str; 4], guest: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(dev)
+        .args(geometry)
+        .args([guest, "--"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{guest} {args:?}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.lines().count() > 50, "{stdout}");
+    stdout
+}
+
+/// Eight threads making random file-system calls at once (the `fsrandom` sequences, one
+/// seed per thread, each in its own directory) on a device small enough that GC runs
+/// meanwhile: each thread's transcript is the one its seed gives alone, and so is the tree
+/// after a remount. `VALET_THREADS_FSRANDOM_ROUNDS=N` runs N rounds of other seeds.
+#[test]
+fn random_calls_from_eight_threads_give_what_each_gives_alone() {
+    let rounds: u64 = std::env::var("VALET_THREADS_FSRANDOM_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    // 12 zones of 1 MiB: eight sequences write about 5.6 MiB and leave 1.1 MiB live, so GC
+    // moves data and resets zones while they run.
+    let small = ["--zone-size", "1", "--zones", "12"];
+    let large = ["--zone-size", "16", "--zones", "16"];
+    for round in 0..rounds {
+        let (first, last) = ((round * 8 + 1).to_string(), (round * 8 + 8).to_string());
+        let tmp = tempfile::tempdir().unwrap();
+        let (together, alone) = (tmp.path().join("together"), tmp.path().join("alone"));
+        let threads = [&first[..], &last, "1000"];
+        let seq = ["run", &first[..], &last, "1000"];
+        assert_eq!(
+            transcript(
+                &together,
+                small,
+                valet_guests::THREADS_FSRANDOM,
+                &[&["/data"], &threads[..]].concat()
+            ),
+            transcript(
+                &alone,
+                large,
+                valet_guests::FSRANDOM,
+                &[&["/data"], &seq[..]].concat()
+            ),
+            "seeds {first}..={last}: the threads' transcripts differ from the seeds' alone"
+        );
+        assert_eq!(
+            transcript(&together, small, valet_guests::FSRANDOM, &["/data", "dump"]),
+            transcript(&alone, large, valet_guests::FSRANDOM, &["/data", "dump"]),
+            "seeds {first}..={last}: the trees after a remount differ"
+        );
+    }
+}
