@@ -257,7 +257,7 @@ pub fn read(path: &Path) -> Result<Vec<Record>> {
     let file = File::open(path).with_context(|| format!("opening trace {}", path.display()))?;
     let mut records = Vec::new();
     for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
+        let line = line.with_context(|| format!("{}:{}: not a trace", path.display(), n + 1))?;
         if line.trim().is_empty() {
             continue;
         }

@@ -199,3 +199,32 @@ fn builtins_on_a_recorded_cache_trace() {
         "top directories name different placement ids"
     );
 }
+
+#[test]
+fn a_malformed_trace_is_one_line_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[u8], &str); 3] = [
+        ("binary.trace", b"\xff\xfe\x00garbage", ":1: not a trace"),
+        ("json.trace", b"{\"t\":1}\n", ":1: not a trace record"),
+        ("torn.trace", b"\n\n{\"op\":", ":3: not a trace record"),
+    ];
+    for (name, bytes, want) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        for replay in [false, true] {
+            let out = valet_run()
+                .args(["policy", "check", "rocks", "--trace"])
+                .arg(&path)
+                .args(replay.then_some("--replay"))
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(125), "{name}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+            assert!(
+                stderr.contains(&format!("{name}{want}")),
+                "{name}: {stderr}"
+            );
+        }
+    }
+}
