@@ -124,8 +124,8 @@ fn timeout_stops_a_spinning_guest_and_spares_a_quick_one() {
 
 /// `--timeout` also stops a guest blocked in the host, which no epoch check reaches: one
 /// asleep in `poll_oneoff` for an hour, one reading a stdin that stays open and silent, one
-/// writing to a socket whose peer never reads. Each ends with 124 once the limit passes,
-/// not when its wait would have.
+/// writing to a socket whose peer never reads, one writing to a stdout pipe nobody reads.
+/// Each ends with 124 once the limit passes, not when its wait would have.
 #[test]
 fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -177,11 +177,21 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
              (then (call $exit (i32.const 7))))
            (br $l))",
     );
+    // Writes 60,000 bytes at a time to stdout, a pipe nobody reads, until stopped.
+    let printer = guest(
+        "print.wasm",
+        "(i32.store (i32.const 100) (i32.const 1000))
+         (i32.store (i32.const 104) (i32.const 60000))
+         (loop $l
+           (if (call $write (i32.const 1) (i32.const 100) (i32.const 1) (i32.const 300))
+             (then (call $exit (i32.const 7))))
+           (br $l))",
+    );
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().port()
     };
-    for app in [&sleeper, &reader, &writer] {
+    for app in [&sleeper, &reader, &writer, &printer] {
         let started = std::time::Instant::now();
         let mut child = valet_run()
             .arg("--device")
@@ -190,6 +200,8 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
             .args(["--tcplisten", &format!("127.0.0.1:{port}")])
             .arg(app)
             .stdin(std::process::Stdio::piped())
+            // Read only once it ended: the printer fills the pipe, then waits.
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();

@@ -19,6 +19,7 @@ use super::abi::{
 use super::dirlist;
 use super::mem::GuestMem;
 use super::table::{Desc, Kind};
+use super::Outlet;
 use super::{view, Ending, Exit, GuestState, TimeSpec, WasiCtx};
 
 const MODULE: &str = "wasi_snapshot_preview1";
@@ -852,38 +853,11 @@ fn fd_read(
 /// takes what fits without blocking, and when nothing fits it waits for room where a
 /// stopped guest can be woken (see `WasiCtx::wait`), so a peer that stops reading cannot
 /// hold a killed guest. A non-blocking one gives EAGAIN as before.
-fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> std::io::Result<()> {
+fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> R<()> {
     if d.flags() & fdflags::NONBLOCK != 0 {
-        return (&*s).write_all(data);
+        return Ok((&*s).write_all(data)?);
     }
-    let mut rest = data;
-    while !rest.is_empty() {
-        // SAFETY: `rest` is a valid buffer of its length for the call.
-        let sent = unsafe {
-            libc::send(
-                s.as_raw_fd(),
-                rest.as_ptr().cast(),
-                rest.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if sent >= 0 {
-            rest = &rest[sent as usize..];
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.kind() {
-            std::io::ErrorKind::Interrupted => {}
-            std::io::ErrorKind::WouldBlock => {
-                // Its only error that is not the guest's end is a failed ppoll, which
-                // never fails on a valid descriptor: both end the write as interrupted.
-                w.wait_for(s.as_raw_fd(), libc::POLLOUT)
-                    .map_err(|_| std::io::Error::from_raw_os_error(libc::EINTR))?;
-            }
-            _ => return Err(e),
-        }
-    }
-    Ok(())
+    w.write_waking(s.as_raw_fd(), data, Outlet::Socket)
 }
 
 /// Before a blocking read of a socket or stdin: wait for data where a stopped guest can be
@@ -990,7 +964,7 @@ fn fd_write(
                 };
                 match r {
                     Ok(()) => total += len,
-                    Err(e) if total == 0 => return Err(e.into()),
+                    Err(e) if total == 0 => return Err(e),
                     Err(_) => break,
                 }
             }

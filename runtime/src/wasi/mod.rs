@@ -86,6 +86,31 @@ impl std::fmt::Display for Ending {
 
 impl std::error::Error for Ending {}
 
+/// What a host descriptor the guest writes to is: a pipe or a socket can make a write wait
+/// for its reader, for as long as the reader likes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outlet {
+    Plain,
+    Pipe,
+    Socket,
+}
+
+impl Outlet {
+    fn of(fd: i32) -> Outlet {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat writes a stat into the buffer it is given, which outlives the call.
+        if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+            return Outlet::Plain;
+        }
+        // SAFETY: fstat succeeded, so it filled the buffer.
+        match unsafe { st.assume_init() }.st_mode & libc::S_IFMT {
+            libc::S_IFIFO => Outlet::Pipe,
+            libc::S_IFSOCK => Outlet::Socket,
+            _ => Outlet::Plain,
+        }
+    }
+}
+
 /// A directory (or socket) the guest gets at start.
 pub enum Preopened {
     Store {
@@ -122,6 +147,8 @@ pub struct WasiCtx {
     /// stdin, stdout, stderr handed in by the embedder (the node agent gives each pod its
     /// own); `None` is the process's own.
     stdio: [Option<Arc<File>>; 3],
+    /// What is behind each of them, for writes that may wait for a reader.
+    outlets: [Outlet; 3],
     space: Option<Arc<dyn SpaceLimit>>,
 }
 
@@ -175,6 +202,7 @@ impl WasiCtx {
             ending: AtomicBool::new(false),
             waker,
             stdio: [None, None, None],
+            outlets: [0, 1, 2].map(Outlet::of),
             space: None,
         })
     }
@@ -182,6 +210,7 @@ impl WasiCtx {
     /// Gives the guest these files as stdin, stdout and stderr instead of the process's.
     pub fn with_stdio(mut self, stdio: [Option<Arc<File>>; 3]) -> WasiCtx {
         self.stdio = stdio;
+        self.outlets = [0, 1, 2].map(|n| Outlet::of(self.stdio_fd(n)));
         self
     }
 
@@ -206,17 +235,89 @@ impl WasiCtx {
         }
     }
 
-    /// Writes to stdout (`n` = 1) or stderr (2); the process's stdout is flushed after.
-    pub(crate) fn stdio_write(&self, n: usize, data: &[u8]) -> std::io::Result<()> {
+    /// Writes to stdout (`n` = 1) or stderr (2); the process's stdout is flushed after. A
+    /// pipe or socket whose reader does not read makes the write wait where a stopped guest
+    /// is woken ([`WasiCtx::write_waking`]).
+    pub(crate) fn stdio_write(&self, n: usize, data: &[u8]) -> std::result::Result<(), Errno> {
+        let outlet = self.outlets[n];
         match (&self.stdio[n], n) {
-            (Some(f), _) => (&**f).write_all(data),
+            (Some(f), _) if outlet == Outlet::Plain => Ok((&**f).write_all(data)?),
+            (Some(f), _) => self.write_waking(f.as_raw_fd(), data, outlet),
             (None, 1) => {
+                // Locked, so that the host's own prints do not interleave.
                 let mut out = std::io::stdout().lock();
-                out.write_all(data)?;
-                out.flush()
+                out.flush()?;
+                match outlet {
+                    Outlet::Plain => Ok(out.write_all(data).and_then(|()| out.flush())?),
+                    _ => self.write_waking(1, data, outlet),
+                }
             }
-            (None, _) => std::io::stderr().lock().write_all(data),
+            (None, _) => {
+                let mut err = std::io::stderr().lock();
+                match outlet {
+                    Outlet::Plain => Ok(err.write_all(data)?),
+                    _ => self.write_waking(2, data, outlet),
+                }
+            }
         }
+    }
+
+    /// Writes all of `data` to the pipe or socket `fd` without ever blocking in the write
+    /// itself: a full pipe or socket buffer is waited for in [`WasiCtx::wait_for`], which a
+    /// stopped guest leaves at once (EINTR).
+    pub(crate) fn write_waking(
+        &self,
+        fd: i32,
+        mut rest: &[u8],
+        outlet: Outlet,
+    ) -> std::result::Result<(), Errno> {
+        while !rest.is_empty() {
+            // SAFETY: `rest` is a valid buffer of its length for each call.
+            let written = unsafe {
+                match outlet {
+                    Outlet::Socket => libc::send(
+                        fd,
+                        rest.as_ptr().cast(),
+                        rest.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    ),
+                    _ => {
+                        let iov = libc::iovec {
+                            iov_base: rest.as_ptr() as *mut libc::c_void,
+                            iov_len: rest.len(),
+                        };
+                        libc::pwritev2(fd, &iov, 1, -1, libc::RWF_NOWAIT)
+                    }
+                }
+            };
+            if written >= 0 {
+                rest = &rest[written as usize..];
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) => self.wait_for(fd, libc::POLLOUT)?,
+                // A kernel without RWF_NOWAIT for pipes: once the pipe has room, a write of
+                // at most PIPE_BUF bytes does not block.
+                Some(libc::EOPNOTSUPP) => {
+                    self.wait_for(fd, libc::POLLOUT)?;
+                    let len = rest.len().min(libc::PIPE_BUF);
+                    // SAFETY: as above, for the first `len` bytes.
+                    match unsafe { libc::write(fd, rest.as_ptr().cast(), len) } {
+                        n if n >= 0 => rest = &rest[n as usize..],
+                        _ => {
+                            let e = std::io::Error::last_os_error();
+                            if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) {
+                                return Err(e.into());
+                            }
+                        }
+                    }
+                }
+                _ => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Charges `bytes` against the space limit, if any.
