@@ -124,7 +124,8 @@ fn timeout_stops_a_spinning_guest_and_spares_a_quick_one() {
 
 /// `--timeout` also stops a guest blocked in the host, which no epoch check reaches: one
 /// asleep in `poll_oneoff` for an hour, one reading a stdin that stays open and silent, one
-/// writing to a socket whose peer never reads, one writing to a stdout pipe nobody reads.
+/// writing to a socket whose peer never reads, one writing to a stdout pipe nobody reads,
+/// one waiting for all of 100 bytes (`RECV_WAITALL`) of which its peer sent 10.
 /// Each ends with 124 once the limit passes, not when its wait would have.
 #[test]
 fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
@@ -141,6 +142,8 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
                    (func $write (param i32 i32 i32 i32) (result i32)))
                  (import "wasi_snapshot_preview1" "sock_accept"
                    (func $accept (param i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "sock_recv"
+                   (func $recv (param i32 i32 i32 i32 i32 i32) (result i32)))
                  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
                  (memory (export "memory") 1)
                  (func (export "_start") {body}))"#
@@ -187,11 +190,22 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
              (then (call $exit (i32.const 7))))
            (br $l))",
     );
+    // Accepts a connection, then receives 100 bytes with RIFLAGS_RECV_WAITALL (one iovec at
+    // 100 of 100 bytes at 1000); the peer sends 10 and stalls.
+    let receiver = guest(
+        "recv.wasm",
+        "(i32.store (i32.const 100) (i32.const 1000))
+         (i32.store (i32.const 104) (i32.const 100))
+         (if (call $accept (i32.const 4) (i32.const 0) (i32.const 200))
+           (then (call $exit (i32.const 7))))
+         (drop (call $recv (i32.load (i32.const 200)) (i32.const 100) (i32.const 1)
+                           (i32.const 2) (i32.const 300) (i32.const 304)))",
+    );
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().port()
     };
-    for app in [&sleeper, &reader, &writer, &printer] {
+    for app in [&sleeper, &reader, &writer, &printer, &receiver] {
         let started = std::time::Instant::now();
         let mut child = valet_run()
             .arg("--device")
@@ -208,9 +222,15 @@ fn timeout_stops_a_guest_asleep_or_blocked_in_a_read() {
         // Held open, never written: the reader's stdin has nothing to give and no end.
         let _stdin = child.stdin.take();
         // Connected, never read: the writer fills the socket's buffers, then waits.
-        let _peer = (app == &writer).then(|| loop {
+        // The receiver's peer sends 10 of the 100 bytes it waits for, then nothing.
+        let _peer = (app == &writer || app == &receiver).then(|| loop {
             match std::net::TcpStream::connect(("127.0.0.1", port)) {
-                Ok(peer) => break peer,
+                Ok(mut peer) => {
+                    if app == &receiver {
+                        std::io::Write::write_all(&mut peer, b"0123456789").unwrap();
+                    }
+                    break peer;
+                }
                 Err(e) if started.elapsed().as_secs() > 30 => panic!("connecting: {e}"),
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
             }

@@ -1,6 +1,6 @@
 //! `--tcplisten ADDR`: a listener preopened for the guest (after the directories, as
-//! `wasmtime run` does). The guest (WAT) accepts one connection, reads a line, answers with
-//! it reversed, and shuts the connection down.
+//! `wasmtime run` does). The guest (WAT) accepts one connection, receives four bytes (all of
+//! them: `RECV_WAITALL`), answers with them reversed, and shuts the connection down.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -72,7 +72,10 @@ fn a_guest_accepts_on_a_preopened_listener() {
             Err(e) => panic!("valet-run never listened on {addr}: {e}"),
         }
     };
-    conn.write_all(b"abcd").unwrap();
+    // In two parts: the guest's RECV_WAITALL waits for all four bytes.
+    conn.write_all(b"ab").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    conn.write_all(b"cd").unwrap();
     let mut answer = String::new();
     conn.read_to_string(&mut answer).unwrap();
     let out = child.wait_with_output().unwrap();

@@ -853,6 +853,31 @@ fn fd_read(
 /// takes what fits without blocking, and when nothing fits it waits for room where a
 /// stopped guest can be woken (see `WasiCtx::wait`), so a peer that stops reading cannot
 /// hold a killed guest. A non-blocking one gives EAGAIN as before.
+/// Fills `buf` from the blocking socket `fd` (as MSG_WAITALL does) unless the peer shuts
+/// down first; returns what arrived.
+fn recv_all(w: &WasiCtx, fd: i32, buf: &mut [u8]) -> R<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let rest = &mut buf[got..];
+        // SAFETY: `rest` is a valid writable buffer of its length for the call.
+        let r = unsafe { libc::recv(fd, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) };
+        match r {
+            0 => break,
+            r if r > 0 => got += r as usize,
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EAGAIN) => w.wait_for(fd, libc::POLLIN)?,
+                    _ if got > 0 => break,
+                    _ => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(got)
+}
+
 fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> R<()> {
     if d.flags() & fdflags::NONBLOCK != 0 {
         return Ok((&*s).write_all(data)?);
@@ -1263,12 +1288,18 @@ fn sock_recv(
         return Err(Errno::INVAL);
     }
     wait_unless_nonblocking(w, &d, s.as_raw_fd())?;
+    // WAITALL on a blocking socket: received piece by piece, each wait for more where a
+    // stopped guest is woken (a peer that sends part and stalls cannot hold it).
+    let waitall = flags & WAITALL != 0 && flags & PEEK == 0 && d.flags() & fdflags::NONBLOCK == 0;
     for i in 0..n {
         let (buf, len) = m.iovec(iovs, i)?;
         if len == 0 {
             continue;
         }
         let got = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
+            if waitall {
+                return recv_all(w, s.as_raw_fd(), b);
+            }
             let mut os_flags = 0;
             if flags & PEEK != 0 {
                 os_flags |= libc::MSG_PEEK;
