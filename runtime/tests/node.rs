@@ -438,3 +438,23 @@ fn new_tenants_past_the_spare_zones_are_refused_at_create() {
     let (exit, out, _) = pod.wait();
     assert_eq!(exit, FromAgent::Exited { code: 0 }, "{out}");
 }
+
+/// A quota counts what files hold, not what was written: a pod rewriting its log in place
+/// many times over never grows it, and is never refused.
+#[test]
+fn rewrites_in_place_never_reach_the_quota() {
+    let (pod, answer) = create_with(
+        fixture(),
+        "rewrite",
+        &[("valet.io/tenant", "nr"), ("valet.io/quota", "32KiB")],
+        &["r", "/data", "50", "430"],
+        &[("POD_EXIT", "0"), ("POD_REWRITE", "20")],
+        None,
+    );
+    assert_eq!(answer, FromAgent::Created);
+    pod.start();
+    let (exit, out, err) = pod.wait();
+    // 50 records of 430 B (21.5 KB) written 21 times: 450 KB through a 32 KiB quota.
+    assert_eq!(exit, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert!(out.contains("ok 50") && out.contains("rewrote 20"), "{out}");
+}

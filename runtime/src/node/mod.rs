@@ -59,7 +59,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
-use valet_vfs::{FileKind, Ino, Store};
+use valet_vfs::{FileKind, Ino, Store, TenantId};
 use wasmtime::{Engine, Module};
 
 use crate::admin::{self, Registry};
@@ -309,10 +309,10 @@ impl Agent {
                 config.policy
             )
         })?;
-        let root = self.admit(&config.tenant)?;
+        let (tenant, root) = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
-            Some(limit) => Some(self.quota(&config.tenant, root, limit)),
+            Some(limit) => Some(self.quota(&config.tenant, tenant, limit)),
             None => None,
         };
         let bytes = match &module_file {
@@ -347,10 +347,10 @@ impl Agent {
 
     /// The root of `tenant`, created if the store has room for a new tenant (see the
     /// module docs).
-    fn admit(&self, tenant: &str) -> Result<Ino> {
+    fn admit(&self, tenant: &str) -> Result<(TenantId, Ino)> {
         let _admitting = self.admission.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, _, root)) = self.store.tenants().into_iter().find(|t| t.1 == tenant) {
-            return Ok(root);
+        if let Some((id, _, root)) = self.store.tenants().into_iter().find(|t| t.1 == tenant) {
+            return Ok((id, root));
         }
         let spare = self.store.spare_zones();
         if spare < NEW_TENANT_ZONES {
@@ -362,15 +362,15 @@ impl Agent {
                 pod::TENANT
             );
         }
-        Ok(self.store.tenant(tenant)?.1)
+        Ok(self.store.tenant(tenant)?)
     }
 
     /// The tenant's quota (one per tenant, shared by its pods; the latest limit holds).
-    fn quota(&self, tenant: &str, root: Ino, limit: u64) -> Arc<Quota> {
+    fn quota(&self, name: &str, tenant: TenantId, limit: u64) -> Arc<Quota> {
         let mut quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
         let q = quotas
-            .entry(tenant.to_string())
-            .or_insert_with(|| Arc::new(Quota::new(self.store.clone(), root, limit)));
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Quota::new(self.store.clone(), tenant, limit)));
         q.set_limit(limit);
         q.clone()
     }

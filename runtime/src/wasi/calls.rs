@@ -931,7 +931,16 @@ fn fd_write(
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
-                if let Err(e) = w.charge(len as u64) {
+                // Every byte is charged at first; past the limit only what the write adds
+                // to the file's size is (an overwrite in place needs no more room).
+                let charged = w.charge(len as u64).or_else(|_| {
+                    let grows = match d.flags() & fdflags::APPEND != 0 {
+                        true => len as u64,
+                        false => (at + len as u64).saturating_sub(f.size()?),
+                    };
+                    w.charge(grows)
+                });
+                if let Err(e) = charged {
                     if total == 0 {
                         return Err(e);
                     }

@@ -857,6 +857,18 @@ impl Store {
         self.lock()?.metadata(ino)
     }
 
+    /// The bytes a tenant's files and links hold (their sizes, each inode once), files
+    /// removed while still open included, since their data stays: what a quota counts.
+    pub fn tenant_bytes(&self, tenant: TenantId) -> Result<u64> {
+        let inner = self.lock()?;
+        Ok(inner
+            .state
+            .inodes
+            .values()
+            .filter(|i| i.tenant == tenant && i.kind != FileKind::Dir)
+            .fold(0u64, |sum, i| sum.saturating_add(i.size)))
+    }
+
     /// The entries of a directory, by name (without `.` and `..`).
     pub fn read_dir(&self, dir: Ino) -> Result<Vec<DirEntry>> {
         self.lock()?.state.read_dir(dir)

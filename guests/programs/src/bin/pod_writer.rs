@@ -20,10 +20,12 @@
 //!
 //! With `$POD_SLEEP_SECS`, it sleeps that long after `ok` before it exits (a pod killed
 //! while it waits in the host). With `$POD_ALLOC_MIB`, it first allocates and fills that
-//! many MiB and says `allocated N MiB` (a pod's memory limit).
+//! many MiB and says `allocated N MiB` (a pod's memory limit). With `$POD_REWRITE`, after
+//! `ok` it writes the whole log again in place that many times, syncing each, and says
+//! `rewrote N` (a quota must not charge bytes that do not grow a file).
 
 use std::fs::OpenOptions;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[allow(dead_code)]
@@ -111,6 +113,23 @@ fn main() {
         }
     }
     say(format!("ok {}", data.len() / size));
+    if let Some(times) = std::env::var("POD_REWRITE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+    {
+        // The whole log written again in place: the file does not grow.
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| fail(1, format!("open {path}: {e}")));
+        for _ in 0..times {
+            file.seek(std::io::SeekFrom::Start(0))
+                .and_then(|_| file.write_all(&data))
+                .and_then(|()| file.sync_data())
+                .unwrap_or_else(|e| fail(1, format!("rewrite {path}: {e}")));
+        }
+        say(format!("rewrote {times}"));
+    }
     if let Some(secs) = std::env::var("POD_SLEEP_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
