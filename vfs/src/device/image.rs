@@ -1396,7 +1396,7 @@ mod tests {
     /// that continue the new checkpoint.
     #[test]
     fn a_journal_zone_reset_for_rewrite_recovers_only_its_new_records() {
-        use crate::store::journal::{self, Journal};
+        use crate::store::journal::{self, CheckpointRoom, Journal};
         use crate::store::state::State;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("i");
@@ -1406,7 +1406,8 @@ mod tests {
         // Zone 0: a checkpoint and two transactions; then zone 1 takes over and zone 0 is
         // finished, as the store does.
         for checkpoint in 0..2 {
-            j.checkpoint(&snapshot, &[]).unwrap();
+            j.checkpoint(&snapshot, &[], CheckpointRoom::Running)
+                .unwrap();
             d.sync().unwrap();
             j.retire_previous().unwrap();
             d.sync().unwrap();
@@ -1417,7 +1418,8 @@ mod tests {
         }
         assert_eq!(d.zone_info(0).unwrap().state, ZoneState::Full);
         // The next checkpoint goes to zone 0 again, and the process dies before a sync.
-        j.checkpoint(&snapshot, &[]).unwrap();
+        j.checkpoint(&snapshot, &[], CheckpointRoom::Running)
+            .unwrap();
         drop(j);
         Arc::into_inner(d).unwrap().abandon();
         let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();

@@ -164,6 +164,19 @@ pub struct Journal {
     next_seq: u64,
     /// Bytes of metadata records written (accounting).
     pub bytes_written: u64,
+    /// Bytes of the newest checkpoint record, and of the transactions appended after it.
+    pub checkpoint_len: u64,
+    since_checkpoint: u64,
+}
+
+/// How large a checkpoint may be, as a share of a metadata zone's capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointRoom {
+    /// A running store: half, so that transactions have room after it.
+    Running,
+    /// A mount: three quarters, so that a store whose metadata outgrew half a zone still
+    /// mounts, and its files can be removed (each removal a small transaction).
+    Mount,
 }
 
 /// The metadata zones: the first two zones of the device.
@@ -176,6 +189,8 @@ impl Journal {
             active,
             next_seq,
             bytes_written: 0,
+            checkpoint_len: 0,
+            since_checkpoint: 0,
         }
     }
 
@@ -197,6 +212,16 @@ impl Journal {
         Ok(wp + (len as u64) < self.device.geometry().zone_capacity)
     }
 
+    /// Whether a record of `len` bytes should go after a new checkpoint instead: when it
+    /// does not fit, and, once the checkpoint is past a quarter of a zone, every 1/32 of a
+    /// zone of transactions, so that the store's view of how large its metadata is (see
+    /// `METADATA_FULL`) is never more than that behind.
+    pub fn checkpoint_due(&self, len: usize) -> Result<bool> {
+        let capacity = self.device.geometry().zone_capacity;
+        let large = self.checkpoint_len > capacity / 4;
+        Ok(!self.fits(len)? || large && self.since_checkpoint + len as u64 > capacity / 32)
+    }
+
     /// Appends a record made by [`Journal::encode_transaction`] that [`Journal::fits`].
     /// Not durable until the device syncs.
     pub fn append_record(&mut self, record: &[u8]) -> Result<()> {
@@ -204,6 +229,7 @@ impl Journal {
         let wp = self.device.zone_info(zone)?.write_pointer;
         self.device.write(zone, wp, record)?;
         self.bytes_written += record.len() as u64;
+        self.since_checkpoint += record.len() as u64;
         self.next_seq += 1;
         Ok(())
     }
@@ -228,7 +254,12 @@ impl Journal {
     /// Everything the checkpoint refers to must already be durable: the caller syncs the
     /// device before (so the data) and after (so the checkpoint). The zone it replaces is
     /// finished once the new checkpoint is durable, see [`Journal::retire_previous`].
-    pub fn checkpoint(&mut self, snapshot: &Snapshot, carry: &[MetaOp]) -> Result<()> {
+    pub fn checkpoint(
+        &mut self,
+        snapshot: &Snapshot,
+        carry: &[MetaOp],
+        room: CheckpointRoom,
+    ) -> Result<()> {
         let encoding = |e: postcard::Error| Error::Corrupt(format!("encoding a checkpoint: {e}"));
         let mut payload = postcard::to_stdvec(snapshot).map_err(encoding)?;
         if !carry.is_empty() {
@@ -242,11 +273,15 @@ impl Journal {
             geometry.block_size as u64,
         );
         // Leave room for transactions after the checkpoint, or we would checkpoint forever.
-        if record.len() as u64 > geometry.zone_capacity / 2 {
+        let (limit, share) = match room {
+            CheckpointRoom::Running => (geometry.zone_capacity / 2, "half"),
+            CheckpointRoom::Mount => (geometry.zone_capacity / 4 * 3, "three quarters"),
+        };
+        if record.len() as u64 > limit {
             return Err(Error::NoSpace(format!(
-                "metadata checkpoint of {} bytes exceeds half a zone ({} bytes)",
+                "metadata checkpoint of {} bytes exceeds {share} of a metadata zone ({limit} \
+                 bytes)",
                 record.len(),
-                geometry.zone_capacity
             )));
         }
         let next = 1 - self.active;
@@ -254,6 +289,8 @@ impl Journal {
         self.device.reset_for_rewrite(zone)?;
         self.device.write(zone, 0, &record)?;
         self.bytes_written += record.len() as u64;
+        self.checkpoint_len = record.len() as u64;
+        self.since_checkpoint = 0;
         self.next_seq += 1;
         self.active = next;
         Ok(())

@@ -103,9 +103,18 @@ use commit::{Asker, GroupCommit, Led};
 use conventional::ConventionalArea;
 use events::Event;
 pub use fsck::FsckReport;
+use journal::{CheckpointRoom, Journal};
 pub use state::{FileKind, Ino, TenantId};
 use state::{MetaOp, State};
 use zone_map::{StreamKey, ZoneUse};
+
+/// A checkpoint larger than this share of a metadata zone's capacity (3/8) makes the
+/// store refuse new names (files, directories, links) with ENOSPC until removals shrink it:
+/// a checkpoint must stay under half a zone (see [`journal::CheckpointRoom`]), and one that
+/// does not fit stops the store for every tenant. Checkpoints that large come every 1/32
+/// of a zone of transactions ([`Journal::checkpoint_due`]), so the metadata grows by little
+/// more than that past this share before new names stop.
+const METADATA_FULL: (u64, u64) = (3, 8);
 
 /// Tuning of a mounted store.
 #[derive(Clone, Debug)]
@@ -339,6 +348,9 @@ struct Inner {
     events: Vec<Event>,
     /// Journal bytes written so far (the journal itself belongs to the commit leader).
     meta_bytes: u64,
+    /// The size of the newest checkpoint while it is past [`METADATA_FULL`]: new names
+    /// are refused until removals bring it back.
+    metadata_full: Option<u64>,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).
@@ -647,7 +659,7 @@ impl Store {
                     let record = journal.encode_transaction(&ops)?;
                     // The active metadata zone is full: checkpoint into the other one,
                     // from the state exactly as of these operations.
-                    let snapshot = match journal.fits(record.len())? {
+                    let snapshot = match !journal.checkpoint_due(record.len())? {
                         true => None,
                         false => Some((inner.state.snapshot(), inner.state.carried_ops())),
                     };
@@ -658,7 +670,7 @@ impl Store {
             if let Some((snapshot, inline)) = snapshot {
                 // The data the checkpoint refers to must be durable before it is.
                 self.shared.device.sync()?;
-                journal.checkpoint(&snapshot, &inline)?;
+                journal.checkpoint(&snapshot, &inline, CheckpointRoom::Running)?;
                 self.shared.device.sync()?;
                 journal.retire_previous()?;
                 syncs += 2;
@@ -671,6 +683,7 @@ impl Store {
                 let mut inner = self.lock()?;
                 inner.counters.syncs += syncs;
                 inner.meta_bytes = journal.bytes_written;
+                inner.note_checkpoint(&journal);
                 inner.undurable.retain(|_, change| *change > upto);
                 if let Some(conv) = &mut inner.conv {
                     conv.remove_freed()?;
@@ -1273,6 +1286,25 @@ impl Drop for FileHandle {
 }
 
 impl Inner {
+    /// Notes the size of the checkpoint `journal` wrote last (see [`METADATA_FULL`]).
+    fn note_checkpoint(&mut self, journal: &Journal) {
+        let (num, den) = METADATA_FULL;
+        let full = journal.checkpoint_len > self.state.geometry.zone_capacity / den * num;
+        self.metadata_full = full.then_some(journal.checkpoint_len);
+    }
+
+    /// Refuses a new name while the metadata is nearly full.
+    fn metadata_room(&self) -> Result<()> {
+        match self.metadata_full {
+            None => Ok(()),
+            Some(len) => Err(Error::NoSpace(format!(
+                "the store's metadata is nearly full (a checkpoint of {len} bytes, of at most \
+                 {} in a metadata zone): remove files before creating more",
+                self.state.geometry.zone_capacity / 2
+            ))),
+        }
+    }
+
     /// Applies an operation and queues it for the journal. Never commits: the records of
     /// one operation (a rename's unlink and link) must reach the journal together.
     fn record(&mut self, op: MetaOp) -> Result<()> {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::buffer::BufferPool;
 use super::conventional::ConventionalArea;
 use super::extent_map::MAX_EXTENT_BLOCKS;
-use super::journal::{self, Journal};
+use super::journal::{self, CheckpointRoom, Journal};
 use super::state::{FileKind, MetaOp, State};
 use super::zone_map::ZoneUse;
 use super::{Counters, Inner, Placements, StoreConfig};
@@ -148,6 +148,7 @@ pub(super) fn mount(
         placements,
         events: Vec::new(),
         meta_bytes: 0,
+        metadata_full: None,
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
@@ -171,7 +172,8 @@ pub(super) fn mount(
     inner.free_orphans()?;
     // Start from a clean checkpoint: the replayed journal (and any torn tail) is retired.
     inner.device.sync()?;
-    journal.checkpoint(&inner.state.snapshot(), &inner.state.carried_ops())?;
+    let (snapshot, carried) = (inner.state.snapshot(), inner.state.carried_ops());
+    journal.checkpoint(&snapshot, &carried, CheckpointRoom::Mount)?;
     inner.device.sync()?;
     journal.retire_previous()?;
     inner.pending.clear();
@@ -180,6 +182,7 @@ pub(super) fn mount(
     // a crash would replay a journal whose newest extents read back as reset zones.
     inner.reset_now()?;
     inner.meta_bytes = journal.bytes_written;
+    inner.note_checkpoint(&journal);
     Ok((inner, journal))
 }
 

@@ -263,6 +263,7 @@ impl State {
 impl Inner {
     /// Creates an empty file named `name` in `parent`.
     pub(super) fn create_file(&mut self, parent: Ino, name: &str, mut hint: Hint) -> Result<Ino> {
+        self.metadata_room()?;
         let tenant = self.state.inode(parent)?.tenant;
         hint.class = effective_class(&hint, &self.conv);
         let ino = self.state.next_ino;
@@ -297,6 +298,7 @@ impl Inner {
         if p.entries.contains_key(&name) {
             return Err(Error::Exists);
         }
+        self.metadata_room()?;
         let tenant = p.tenant;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {
@@ -520,6 +522,7 @@ impl Inner {
         if self.state.inode(ino)?.kind == FileKind::Dir {
             return Err(Error::NotAllowed("hard links to directories"));
         }
+        self.metadata_room()?;
         self.record(MetaOp::Link {
             dir: parent,
             name,
@@ -549,6 +552,7 @@ impl Inner {
         if path.ends_with('/') {
             return Err(Error::NotFound);
         }
+        self.metadata_room()?;
         let tenant = p.tenant;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {

@@ -1,0 +1,89 @@
+//! A store whose metadata nears what a checkpoint can hold refuses new names with ENOSPC,
+//! and keeps working: files already there are written and read, removals make room again,
+//! and it mounts. (Before, the checkpoint that did not fit stopped the store for every
+//! tenant, and no later mount could write its own: one tenant creating many empty files
+//! took the whole store down.)
+
+use std::sync::Arc;
+
+use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::{Error, OpenOptions, Store, StoreConfig};
+
+/// Zones of 256 KiB: a checkpoint stays under 128 KiB, new names stop past 96 KiB.
+fn geometry() -> Geometry {
+    Geometry {
+        zone_count: 16,
+        zone_size: 256 << 10,
+        zone_capacity: 256 << 10,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    }
+}
+
+fn mount(dev: &Arc<MemoryDevice>) -> Store {
+    Store::open(dev.clone() as Arc<dyn ZonedDevice>, StoreConfig::default()).unwrap()
+}
+
+/// Creates empty files `prefix-N` until the store refuses one; returns how many it took.
+fn create_until_refused(store: &Store, root: u64, prefix: &str) -> usize {
+    for n in 0..100_000 {
+        match store.open_file(root, &format!("{prefix}-{n}"), OpenOptions::create()) {
+            Ok(f) => f.close().unwrap(),
+            Err(Error::NoSpace(why)) => {
+                assert!(why.contains("metadata is nearly full"), "{why}");
+                assert!(!why.contains('\n'), "{why}");
+                return n;
+            }
+            Err(e) => panic!("file {n}: {e}"),
+        }
+    }
+    panic!("100,000 empty files and no refusal");
+}
+
+#[test]
+fn new_names_stop_before_the_metadata_outgrows_its_zone() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("many").unwrap();
+    let data = store
+        .open_file(root, "data", OpenOptions::create())
+        .unwrap();
+    data.write_at(&[5u8; 10_000], 0).unwrap();
+    let made = create_until_refused(&store, root, "f");
+    assert!(made > 500, "only {made} files");
+    // Every other name is refused too; what is there still works.
+    assert!(matches!(
+        store.create_dir(root, "d"),
+        Err(Error::NoSpace(_))
+    ));
+    assert!(matches!(
+        store.symlink(root, "data", "l"),
+        Err(Error::NoSpace(_))
+    ));
+    data.write_at(&[6u8; 10_000], 10_000).unwrap();
+    data.sync_data().unwrap();
+    let mut back = vec![0u8; 20_000];
+    data.read_at(&mut back, 0).unwrap();
+    assert!(back[..10_000].iter().all(|&b| b == 5) && back[10_000..].iter().all(|&b| b == 6));
+    data.close().unwrap();
+    // Removing most files makes room: names are taken again once a checkpoint shows it.
+    for n in 0..made - 100 {
+        store.unlink(root, &format!("f-{n}")).unwrap();
+    }
+    store.sync_dir(root).unwrap();
+    let again = create_until_refused(&store, root, "g");
+    assert!(
+        again > 100,
+        "only {again} files after removing {}",
+        made - 100
+    );
+    assert!(store.fsck().unwrap().is_clean());
+    store.unmount().unwrap();
+    // It mounts, and the refusal holds across the mount.
+    let store = mount(&dev);
+    assert!(store.fsck().unwrap().is_clean());
+    let (_, root) = store.tenant("many").unwrap();
+    assert_eq!(create_until_refused(&store, root, "h"), 0);
+    assert_eq!(store.read_dir(root).unwrap().len(), 100 + again + 1);
+}
