@@ -87,3 +87,51 @@ fn new_names_stop_before_the_metadata_outgrows_its_zone() {
     assert_eq!(create_until_refused(&store, root, "h"), 0);
     assert_eq!(store.read_dir(root).unwrap().len(), 100 + again + 1);
 }
+
+/// The same with nothing synced in between: directories made in a tight loop (no handle, no
+/// sync) are refused before their metadata outgrows a checkpoint, however the store batches
+/// their commits.
+#[test]
+fn a_burst_of_directories_stops_in_time_too() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("many").unwrap();
+    let mut made = 0;
+    let why = loop {
+        match store.create_dir(root, &format!("d-{made}")) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 100_000, "100,000 directories and no refusal");
+    };
+    assert!(
+        matches!(&why, Error::NoSpace(m) if m.contains("metadata is nearly full")),
+        "{why}"
+    );
+    assert!(made > 500, "only {made} directories");
+    store.sync_dir(root).unwrap();
+    assert!(store.fsck().unwrap().is_clean());
+    store.unmount().unwrap();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("many").unwrap();
+    assert_eq!(store.read_dir(root).unwrap().len(), made);
+}
+
+/// A refusal on the estimate of names made since the last checkpoint is checked against a
+/// real checkpoint at the next commit: names that turn out to fit are taken again.
+#[test]
+fn a_refusal_on_the_estimate_is_lifted_by_the_next_checkpoint() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("many").unwrap();
+    let mut made = 0;
+    while store.create_dir(root, &format!("d-{made}")).is_ok() {
+        made += 1;
+    }
+    // Committed: the checkpoint holds the real size, a little under the estimate's.
+    store.sync_dir(root).unwrap();
+    let more = (0..)
+        .take_while(|n| store.create_dir(root, &format!("e-{n}")).is_ok())
+        .count();
+    assert!(more > 0, "none after {made} directories");
+}

@@ -213,13 +213,15 @@ impl Journal {
     }
 
     /// Whether a record of `len` bytes should go after a new checkpoint instead: when it
-    /// does not fit, and, once the checkpoint is past a quarter of a zone, every 1/32 of a
-    /// zone of transactions, so that the store's view of how large its metadata is (see
-    /// `METADATA_FULL`) is never more than that behind.
-    pub fn checkpoint_due(&self, len: usize) -> Result<bool> {
+    /// does not fit, or when the transactions since the last checkpoint could have grown
+    /// the metadata past `full` bytes (a transaction adds at most its own bytes to the
+    /// next checkpoint), but at most every 1/32 of a zone of transactions. So the store's
+    /// view of its metadata's size, taken at each checkpoint, is never more than 1/32 of
+    /// a zone behind once past `full`, and never past `full` before.
+    pub fn checkpoint_due(&self, len: usize, full: u64) -> Result<bool> {
         let capacity = self.device.geometry().zone_capacity;
-        let large = self.checkpoint_len > capacity / 4;
-        Ok(!self.fits(len)? || large && self.since_checkpoint + len as u64 > capacity / 32)
+        let room = full.saturating_sub(self.checkpoint_len).max(capacity / 32);
+        Ok(!self.fits(len)? || self.since_checkpoint + len as u64 > room)
     }
 
     /// Appends a record made by [`Journal::encode_transaction`] that [`Journal::fits`].

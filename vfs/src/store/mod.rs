@@ -108,13 +108,20 @@ pub use state::{FileKind, Ino, TenantId};
 use state::{MetaOp, State};
 use zone_map::{StreamKey, ZoneUse};
 
-/// A checkpoint larger than this share of a metadata zone's capacity (3/8) makes the
-/// store refuse new names (files, directories, links) with ENOSPC until removals shrink it:
-/// a checkpoint must stay under half a zone (see [`journal::CheckpointRoom`]), and one that
-/// does not fit stops the store for every tenant. Checkpoints that large come every 1/32
-/// of a zone of transactions ([`Journal::checkpoint_due`]), so the metadata grows by little
-/// more than that past this share before new names stop.
+/// Metadata past this share of a metadata zone's capacity (3/8) makes the store refuse
+/// new names (files, directories, links) with ENOSPC until removals shrink it: a
+/// checkpoint must stay under half a zone (see [`journal::CheckpointRoom`]), and one that
+/// does not fit stops the store for every tenant. The size is the newest checkpoint's plus
+/// [`NAME_BYTES`] and the name's length for each name made since (more than a name adds),
+/// so a burst of names with no commit in between stops in time too. Other growth (extents)
+/// is bounded by taking a checkpoint before the journal since the last one could have
+/// carried the metadata past this share, and every 1/32 of a zone of journal beyond it
+/// ([`Journal::checkpoint_due`]).
 const METADATA_FULL: (u64, u64) = (3, 8);
+
+/// What one new name may add to a checkpoint besides its own bytes: an empty inode and its
+/// directory entry take about 50 (measured: 59 bytes a file with 11-byte names).
+const NAME_BYTES: u64 = 64;
 
 /// Tuning of a mounted store.
 #[derive(Clone, Debug)]
@@ -348,9 +355,10 @@ struct Inner {
     events: Vec<Event>,
     /// Journal bytes written so far (the journal itself belongs to the commit leader).
     meta_bytes: u64,
-    /// The size of the newest checkpoint while it is past [`METADATA_FULL`]: new names
-    /// are refused until removals bring it back.
-    metadata_full: Option<u64>,
+    /// The size of the newest checkpoint, and what the names made since may have added to
+    /// the next (see [`METADATA_FULL`]).
+    checkpoint_len: u64,
+    names_since_checkpoint: u64,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).
@@ -659,7 +667,12 @@ impl Store {
                     let record = journal.encode_transaction(&ops)?;
                     // The active metadata zone is full: checkpoint into the other one,
                     // from the state exactly as of these operations.
-                    let snapshot = match !journal.checkpoint_due(record.len())? {
+                    // Names made since the last checkpoint count as in `metadata_room`, so a
+                    // refusal on their estimate is soon checked against a real checkpoint.
+                    let full = inner
+                        .metadata_full_bytes()
+                        .saturating_sub(inner.names_since_checkpoint);
+                    let snapshot = match !journal.checkpoint_due(record.len(), full)? {
                         true => None,
                         false => Some((inner.state.snapshot(), inner.state.carried_ops())),
                     };
@@ -1286,23 +1299,32 @@ impl Drop for FileHandle {
 }
 
 impl Inner {
-    /// Notes the size of the checkpoint `journal` wrote last (see [`METADATA_FULL`]).
-    fn note_checkpoint(&mut self, journal: &Journal) {
+    /// The checkpoint size past which new names are refused (see [`METADATA_FULL`]).
+    fn metadata_full_bytes(&self) -> u64 {
         let (num, den) = METADATA_FULL;
-        let full = journal.checkpoint_len > self.state.geometry.zone_capacity / den * num;
-        self.metadata_full = full.then_some(journal.checkpoint_len);
+        self.state.geometry.zone_capacity / den * num
     }
 
-    /// Refuses a new name while the metadata is nearly full.
-    fn metadata_room(&self) -> Result<()> {
-        match self.metadata_full {
-            None => Ok(()),
-            Some(len) => Err(Error::NoSpace(format!(
-                "the store's metadata is nearly full (a checkpoint of {len} bytes, of at most \
-                 {} in a metadata zone): remove files before creating more",
+    /// Notes the size of the checkpoint `journal` wrote last (see [`METADATA_FULL`]).
+    fn note_checkpoint(&mut self, journal: &Journal) {
+        self.checkpoint_len = journal.checkpoint_len;
+        self.names_since_checkpoint = 0;
+    }
+
+    /// Counts a new name of `len` bytes (with a link's target) against the metadata's room,
+    /// or refuses it while the metadata is nearly full.
+    fn metadata_room(&mut self, len: usize) -> Result<()> {
+        let adds = NAME_BYTES + len as u64;
+        let size = self.checkpoint_len + self.names_since_checkpoint;
+        if size + adds > self.metadata_full_bytes() {
+            return Err(Error::NoSpace(format!(
+                "the store's metadata is nearly full (about {size} bytes, of at most {} in a \
+                 metadata zone): remove files before creating more",
                 self.state.geometry.zone_capacity / 2
-            ))),
+            )));
         }
+        self.names_since_checkpoint += adds;
+        Ok(())
     }
 
     /// Applies an operation and queues it for the journal. Never commits: the records of

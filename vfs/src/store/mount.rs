@@ -148,7 +148,8 @@ pub(super) fn mount(
         placements,
         events: Vec::new(),
         meta_bytes: 0,
-        metadata_full: None,
+        checkpoint_len: 0,
+        names_since_checkpoint: 0,
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))

@@ -263,7 +263,7 @@ impl State {
 impl Inner {
     /// Creates an empty file named `name` in `parent`.
     pub(super) fn create_file(&mut self, parent: Ino, name: &str, mut hint: Hint) -> Result<Ino> {
-        self.metadata_room()?;
+        self.metadata_room(name.len())?;
         let tenant = self.state.inode(parent)?.tenant;
         hint.class = effective_class(&hint, &self.conv);
         let ino = self.state.next_ino;
@@ -298,8 +298,8 @@ impl Inner {
         if p.entries.contains_key(&name) {
             return Err(Error::Exists);
         }
-        self.metadata_room()?;
         let tenant = p.tenant;
+        self.metadata_room(name.len())?;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {
             ino,
@@ -522,7 +522,7 @@ impl Inner {
         if self.state.inode(ino)?.kind == FileKind::Dir {
             return Err(Error::NotAllowed("hard links to directories"));
         }
-        self.metadata_room()?;
+        self.metadata_room(name.len())?;
         self.record(MetaOp::Link {
             dir: parent,
             name,
@@ -552,8 +552,8 @@ impl Inner {
         if path.ends_with('/') {
             return Err(Error::NotFound);
         }
-        self.metadata_room()?;
         let tenant = p.tenant;
+        self.metadata_room(name.len() + target.len())?;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {
             ino,
