@@ -674,19 +674,26 @@ impl Store {
                         .saturating_sub(inner.names_since_checkpoint);
                     let snapshot = match !journal.checkpoint_due(record.len(), full)? {
                         true => None,
-                        false => Some((inner.state.snapshot(), inner.state.carried_ops())),
+                        false => Some((
+                            inner.state.snapshot(),
+                            inner.state.carried_ops(),
+                            inner.names_since_checkpoint,
+                        )),
                     };
                     (Some(record), snapshot, resets)
                 }
             };
             let mut syncs = 0;
-            if let Some((snapshot, inline)) = snapshot {
+            // The names made before the snapshot, which the checkpoint now measures.
+            let mut measured = None;
+            if let Some((snapshot, inline, names)) = snapshot {
                 // The data the checkpoint refers to must be durable before it is.
                 self.shared.device.sync()?;
                 journal.checkpoint(&snapshot, &inline, CheckpointRoom::Running)?;
                 self.shared.device.sync()?;
                 journal.retire_previous()?;
                 syncs += 2;
+                measured = Some(names);
             } else if let Some(record) = record {
                 journal.append_record(&record)?;
                 self.shared.device.sync()?;
@@ -696,7 +703,9 @@ impl Store {
                 let mut inner = self.lock()?;
                 inner.counters.syncs += syncs;
                 inner.meta_bytes = journal.bytes_written;
-                inner.note_checkpoint(&journal);
+                if let Some(names) = measured {
+                    inner.note_checkpoint(&journal, names);
+                }
                 inner.undurable.retain(|_, change| *change > upto);
                 if let Some(conv) = &mut inner.conv {
                     conv.remove_freed()?;
@@ -1305,10 +1314,11 @@ impl Inner {
         self.state.geometry.zone_capacity / den * num
     }
 
-    /// Notes the size of the checkpoint `journal` wrote last (see [`METADATA_FULL`]).
-    fn note_checkpoint(&mut self, journal: &Journal) {
+    /// Notes the size of the checkpoint `journal` wrote last, which holds the names counted
+    /// `names` bytes when its snapshot was taken (see [`METADATA_FULL`]).
+    fn note_checkpoint(&mut self, journal: &Journal, names: u64) {
         self.checkpoint_len = journal.checkpoint_len;
-        self.names_since_checkpoint = 0;
+        self.names_since_checkpoint = self.names_since_checkpoint.saturating_sub(names);
     }
 
     /// Counts a new name of `len` bytes (with a link's target) against the metadata's room,

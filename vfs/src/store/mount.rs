@@ -183,7 +183,7 @@ pub(super) fn mount(
     // a crash would replay a journal whose newest extents read back as reset zones.
     inner.reset_now()?;
     inner.meta_bytes = journal.bytes_written;
-    inner.note_checkpoint(&journal);
+    inner.note_checkpoint(&journal, 0);
     Ok((inner, journal))
 }
 
