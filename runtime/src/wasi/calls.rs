@@ -849,10 +849,6 @@ fn fd_read(
     Ok(total)
 }
 
-/// Writes all of `data` to a socket. On a blocking one (as the guest sees it), each send
-/// takes what fits without blocking, and when nothing fits it waits for room where a
-/// stopped guest can be woken (see `WasiCtx::wait`), so a peer that stops reading cannot
-/// hold a killed guest. A non-blocking one gives EAGAIN as before.
 /// Fills `buf` from the blocking socket `fd` (as MSG_WAITALL does) unless the peer shuts
 /// down first; returns what arrived.
 fn recv_all(w: &WasiCtx, fd: i32, buf: &mut [u8]) -> R<usize> {
@@ -878,6 +874,10 @@ fn recv_all(w: &WasiCtx, fd: i32, buf: &mut [u8]) -> R<usize> {
     Ok(got)
 }
 
+/// Writes all of `data` to a socket. On a blocking one (as the guest sees it), each send
+/// takes what fits without blocking, and when nothing fits it waits for room where a
+/// stopped guest can be woken (see `WasiCtx::wait`), so a peer that stops reading cannot
+/// hold a killed guest. A non-blocking one gives EAGAIN as before.
 fn send_all(w: &WasiCtx, d: &Desc, s: &std::net::TcpStream, data: &[u8]) -> R<()> {
     if d.flags() & fdflags::NONBLOCK != 0 {
         return Ok((&*s).write_all(data)?);

@@ -298,9 +298,9 @@ impl WasiCtx {
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
                 Some(libc::EAGAIN) => self.wait_for(fd, libc::POLLOUT)?,
-                // A kernel without RWF_NOWAIT for pipes: once the pipe has room, a write of
-                // at most PIPE_BUF bytes does not block.
-                Some(libc::EOPNOTSUPP) => {
+                // A kernel without RWF_NOWAIT for pipes (or without pwritev2): once the
+                // pipe has room, a write of at most PIPE_BUF bytes does not block.
+                Some(libc::EOPNOTSUPP | libc::ENOSYS) => {
                     self.wait_for(fd, libc::POLLOUT)?;
                     let len = rest.len().min(libc::PIPE_BUF);
                     // SAFETY: as above, for the first `len` bytes.

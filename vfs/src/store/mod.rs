@@ -665,16 +665,17 @@ impl Store {
                     let ops = std::mem::take(&mut inner.pending);
                     inner.unsynced_writes = false;
                     let record = journal.encode_transaction(&ops)?;
-                    // The active metadata zone is full: checkpoint into the other one,
-                    // from the state exactly as of these operations.
-                    // Names made since the last checkpoint count as in `metadata_room`, so a
-                    // refusal on their estimate is soon checked against a real checkpoint.
+                    // When the active metadata zone is full, or the metadata may be near
+                    // its limit, checkpoint into the other one, from the state exactly as
+                    // of these operations. Names made since the last checkpoint count as in
+                    // `metadata_room`, so a refusal on their estimate is soon checked
+                    // against a real checkpoint.
                     let full = inner
                         .metadata_full_bytes()
                         .saturating_sub(inner.names_since_checkpoint);
-                    let snapshot = match !journal.checkpoint_due(record.len(), full)? {
-                        true => None,
-                        false => Some((
+                    let snapshot = match journal.checkpoint_due(record.len(), full)? {
+                        false => None,
+                        true => Some((
                             inner.state.snapshot(),
                             inner.state.carried_ops(),
                             inner.names_since_checkpoint,
