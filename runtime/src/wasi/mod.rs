@@ -246,10 +246,13 @@ impl WasiCtx {
             (None, 1) => {
                 // Locked, so that the host's own prints do not interleave.
                 let mut out = std::io::stdout().lock();
-                out.flush()?;
                 match outlet {
                     Outlet::Plain => Ok(out.write_all(data).and_then(|()| out.flush())?),
-                    _ => self.write_waking(1, data, outlet),
+                    // Past std's buffer, which holds at most the host's own prints.
+                    _ => {
+                        out.flush()?;
+                        self.write_waking(1, data, outlet)
+                    }
                 }
             }
             (None, _) => {
