@@ -92,6 +92,16 @@ pub struct Stats {
     /// (the device really full, or the reclaimer behind).
     #[serde(default)]
     pub gc_foreground_passes: u64,
+    /// Bytes defragmentation copied to make a fragmented file's extents fewer (in
+    /// `device_bytes` too), when the metadata neared what a checkpoint can hold.
+    #[serde(default)]
+    pub defrag_bytes_moved: u64,
+    /// Defragmentation passes of the reclaimer, and ones run by a sync of a fragmented
+    /// file because the reclaimer was behind.
+    #[serde(default)]
+    pub defrag_passes: u64,
+    #[serde(default)]
+    pub defrag_sync_passes: u64,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

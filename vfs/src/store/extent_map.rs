@@ -3,7 +3,9 @@
 //! Keys are file block numbers; an extent never spans zones and never holds more than
 //! [`MAX_EXTENT_BLOCKS`]. Inserting over an existing range splits and displaces what was
 //! there (out-of-place overwrite), and the displaced pieces are returned so their zone blocks
-//! can be invalidated.
+//! can be invalidated. An extent that continues its neighbour in both the file and the zone
+//! joins it (appends flushed one after another, a defragmented window): the map, and so
+//! the metadata, grows with the file's fragments, not with its writes.
 
 use std::collections::BTreeMap;
 
@@ -26,12 +28,24 @@ pub struct Extent {
 
 impl Extent {
     /// The part of this extent starting `skip` blocks in, `len` blocks long.
-    fn slice(&self, skip: u32, len: u32) -> Extent {
+    pub(crate) fn slice(&self, skip: u32, len: u32) -> Extent {
         Extent {
             zone: self.zone,
             block: self.block + skip,
             len,
         }
+    }
+
+    /// This extent (at file block `at`) and `next` (at `next_at`) as one, if `next`
+    /// continues it in the file and in the zone and the two fit in one extent.
+    fn joined(&self, at: u64, next: &Extent, next_at: u64) -> Option<Extent> {
+        let continues = at + self.len as u64 == next_at
+            && self.zone == next.zone
+            && self.block + self.len == next.block;
+        (continues && self.len + next.len <= MAX_EXTENT_BLOCKS).then_some(Extent {
+            len: self.len + next.len,
+            ..*self
+        })
     }
 }
 
@@ -44,9 +58,28 @@ pub struct ExtentMap {
 impl ExtentMap {
     /// Maps `extent` at file block `at`, returning the displaced zone ranges.
     pub fn insert(&mut self, at: u64, extent: Extent) -> Vec<Extent> {
-        let displaced = self.remove_range(at, at + extent.len as u64);
+        let end = at + extent.len as u64;
+        let displaced = self.remove_range(at, end);
+        let (mut at, mut extent) = (at, extent);
+        if let Some((&key, &before)) = self.map.range(..at).next_back() {
+            if let Some(joined) = before.joined(key, &extent, at) {
+                self.map.remove(&key);
+                (at, extent) = (key, joined);
+            }
+        }
+        if let Some(&after) = self.map.get(&end) {
+            if let Some(joined) = extent.joined(at, &after, end) {
+                self.map.remove(&end);
+                extent = joined;
+            }
+        }
         self.map.insert(at, extent);
         displaced
+    }
+
+    /// Number of extents (one per contiguous fragment, see [`ExtentMap::insert`]).
+    pub fn len(&self) -> usize {
+        self.map.len()
     }
 
     /// Drops every mapping at or past file block `from`, returning what was dropped.
@@ -122,6 +155,11 @@ impl ExtentMap {
         self.map.iter().map(|(&k, &e)| (k, e))
     }
 
+    /// The mappings that start at file block `block` or later, in file order.
+    pub fn iter_from(&self, block: u64) -> impl Iterator<Item = (u64, Extent)> + '_ {
+        self.map.range(block..).map(|(&k, &e)| (k, e))
+    }
+
     /// One past the last mapped file block.
     #[cfg(test)]
     pub fn end_block(&self) -> u64 {
@@ -184,9 +222,35 @@ mod tests {
     fn truncate_cuts_the_straddling_extent() {
         let mut m = ExtentMap::default();
         m.insert(0, ext(1, 0, 8));
-        m.insert(8, ext(1, 8, 8));
+        m.insert(8, ext(2, 8, 8));
         let dropped = m.truncate(5);
-        assert_eq!(dropped, vec![ext(1, 5, 3), ext(1, 8, 8)]);
+        assert_eq!(dropped, vec![ext(1, 5, 3), ext(2, 8, 8)]);
         assert_eq!(m.end_block(), 5);
+    }
+
+    #[test]
+    fn contiguous_fragments_join_up_to_the_largest_extent() {
+        let mut m = ExtentMap::default();
+        // Appends landing one after another in a zone are one extent.
+        m.insert(0, ext(1, 10, 4));
+        m.insert(4, ext(1, 14, 4));
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![(0, ext(1, 10, 8))]);
+        // A gap filled from both sides joins all three.
+        m.insert(12, ext(1, 22, 4));
+        m.insert(8, ext(1, 18, 4));
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![(0, ext(1, 10, 16))]);
+        // Contiguous in the file but not in the zone, or in another zone: apart.
+        m.insert(16, ext(1, 40, 2));
+        m.insert(18, ext(2, 42, 2));
+        assert_eq!(m.len(), 3);
+        // An overwrite elsewhere in the middle splits it in three.
+        m.insert(4, ext(3, 0, 1));
+        assert_eq!(m.len(), 5);
+        // Never past the largest extent.
+        let mut big = ExtentMap::default();
+        big.insert(0, ext(1, 0, MAX_EXTENT_BLOCKS));
+        big.insert(MAX_EXTENT_BLOCKS as u64, ext(1, MAX_EXTENT_BLOCKS, 1));
+        assert_eq!(big.len(), 2);
+        assert_eq!(big.pieces(0, MAX_EXTENT_BLOCKS as u64 + 1).len(), 2);
     }
 }

@@ -133,6 +133,12 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
             rebuilt.mark_valid(ext.zone, ext.block, ext.len);
         }
     }
+    if extents != state.extents as u64 {
+        problem(format!(
+            "the files hold {extents} extents, the store counts {}",
+            state.extents
+        ));
+    }
     if rebuilt.inconsistencies > 0 {
         problem(format!(
             "{} blocks are owned by two extents",

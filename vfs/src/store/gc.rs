@@ -38,7 +38,7 @@ pub(super) enum Pick {
 
 /// Whether file `ino` maps `ext` at `file_block`, block for block (a moved copy may replace
 /// it only then).
-fn maps(inner: &Inner, ino: Ino, file_block: u64, ext: Extent) -> bool {
+pub(super) fn maps(inner: &Inner, ino: Ino, file_block: u64, ext: Extent) -> bool {
     let Some(inode) = inner.state.inodes.get(&ino) else {
         return false;
     };

@@ -73,6 +73,7 @@ mod checksum;
 mod commit;
 mod conventional;
 mod data;
+mod defrag;
 mod events;
 pub(crate) mod extent_map;
 mod fsck;
@@ -292,6 +293,10 @@ struct Counters {
     /// GC passes run by the reclaimer, and on allocating calls.
     gc_background_passes: u64,
     gc_foreground_passes: u64,
+    /// Bytes copied by defragmentation, and its passes by the reclaimer and on syncs.
+    defrag_bytes: u64,
+    defrag_passes: u64,
+    defrag_sync_passes: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -359,6 +364,11 @@ struct Inner {
     /// the next (see [`METADATA_FULL`]).
     checkpoint_len: u64,
     names_since_checkpoint: u64,
+    /// The files' extents when the newest checkpoint's snapshot was taken (see
+    /// [`Inner::metadata_estimate`]).
+    extents_at_checkpoint: usize,
+    /// Per fragmented file, the window where defragmentation looks next ([`defrag`]).
+    defrag_cursor: HashMap<Ino, u64>,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).
@@ -678,7 +688,7 @@ impl Store {
                         true => Some((
                             inner.state.snapshot(),
                             inner.state.carried_ops(),
-                            inner.names_since_checkpoint,
+                            (inner.names_since_checkpoint, inner.state.extents),
                         )),
                     };
                     (Some(record), snapshot, resets)
@@ -687,31 +697,35 @@ impl Store {
             let mut syncs = 0;
             // The names made before the snapshot, which the checkpoint now measures.
             let mut measured = None;
-            if let Some((snapshot, inline, names)) = snapshot {
+            if let Some((snapshot, inline, measured_now)) = snapshot {
                 // The data the checkpoint refers to must be durable before it is.
                 self.shared.device.sync()?;
                 journal.checkpoint(&snapshot, &inline, CheckpointRoom::Running)?;
                 self.shared.device.sync()?;
                 journal.retire_previous()?;
                 syncs += 2;
-                measured = Some(names);
+                measured = Some(measured_now);
             } else if let Some(record) = record {
                 journal.append_record(&record)?;
                 self.shared.device.sync()?;
                 syncs += 1;
             }
-            {
+            let defrag = {
                 let mut inner = self.lock()?;
                 inner.counters.syncs += syncs;
                 inner.meta_bytes = journal.bytes_written;
-                if let Some(names) = measured {
-                    inner.note_checkpoint(&journal, names);
+                if let Some((names, extents)) = measured {
+                    inner.note_checkpoint(&journal, names, extents);
                 }
                 inner.undurable.retain(|_, change| *change > upto);
                 if let Some(conv) = &mut inner.conv {
                     conv.remove_freed()?;
                 }
                 inner.durable_dead.extend(resets);
+                inner.defrag_wanted(false)
+            };
+            if defrag {
+                self.shared.reclaimer.wake_for_defrag();
             }
             Ok(())
         };
@@ -1244,7 +1258,8 @@ impl FileHandle {
             let path = inner.state.any_path(self.ino);
             inner.events.push(Event::Synced { tenant, path });
             Ok(())
-        })
+        })?;
+        self.store.defrag_on_sync(self.ino)
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
@@ -1316,10 +1331,12 @@ impl Inner {
     }
 
     /// Notes the size of the checkpoint `journal` wrote last, which holds the names counted
-    /// `names` bytes when its snapshot was taken (see [`METADATA_FULL`]).
-    fn note_checkpoint(&mut self, journal: &Journal, names: u64) {
+    /// `names` bytes and the `extents` there were when its snapshot was taken (see
+    /// [`METADATA_FULL`]).
+    fn note_checkpoint(&mut self, journal: &Journal, names: u64, extents: usize) {
         self.checkpoint_len = journal.checkpoint_len;
         self.names_since_checkpoint = self.names_since_checkpoint.saturating_sub(names);
+        self.extents_at_checkpoint = extents;
     }
 
     /// Counts a new name of `len` bytes (with a link's target) against the metadata's room,
@@ -1517,6 +1534,9 @@ impl Inner {
             inline_syncs: self.counters.inline_syncs,
             gc_background_passes: self.counters.gc_background_passes,
             gc_foreground_passes: self.counters.gc_foreground_passes,
+            defrag_bytes_moved: self.counters.defrag_bytes,
+            defrag_passes: self.counters.defrag_passes,
+            defrag_sync_passes: self.counters.defrag_sync_passes,
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,

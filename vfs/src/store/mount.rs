@@ -150,6 +150,8 @@ pub(super) fn mount(
         meta_bytes: 0,
         checkpoint_len: 0,
         names_since_checkpoint: 0,
+        extents_at_checkpoint: 0,
+        defrag_cursor: HashMap::new(),
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
@@ -183,7 +185,8 @@ pub(super) fn mount(
     // a crash would replay a journal whose newest extents read back as reset zones.
     inner.reset_now()?;
     inner.meta_bytes = journal.bytes_written;
-    inner.note_checkpoint(&journal, 0);
+    let extents = inner.state.extents;
+    inner.note_checkpoint(&journal, 0, extents);
     Ok((inner, journal))
 }
 

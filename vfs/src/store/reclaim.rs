@@ -1,4 +1,5 @@
-//! The reclaimer: GC in the background, against free-zone watermarks.
+//! The reclaimer: GC in the background, against free-zone watermarks, and
+//! defragmentation when the metadata nears what a checkpoint can hold ([`super::defrag`]).
 //!
 //! When an allocation leaves fewer than [`StoreConfig::gc_low_zones`] zones free, it wakes
 //! the reclaimer's thread and goes on. The reclaimer makes durable what lets emptied zones
@@ -35,7 +36,16 @@ struct Signal {
     wanted: bool,
     /// A guest's commit made zones' death durable: reset them (and collect nothing).
     resets: bool,
+    /// A commit found the metadata past the line where fragmented files are rewritten.
+    defrag: bool,
     stop: bool,
+}
+
+/// What a wake-up asks of the reclaimer's round.
+#[derive(Clone, Copy)]
+struct Round {
+    collect: bool,
+    defrag: bool,
 }
 
 /// The reclaimer's signal and thread, kept in the store.
@@ -77,6 +87,15 @@ impl Reclaimer {
         }
     }
 
+    /// Asks for fragmented files to be rewritten (see [`super::defrag`]).
+    pub fn wake_for_defrag(&self) {
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        if !signal.defrag {
+            signal.defrag = true;
+            self.wake.notify_one();
+        }
+    }
+
     /// Stops the thread after its current pass and waits for it.
     pub fn stop(&self) {
         self.signal.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
@@ -89,17 +108,21 @@ impl Reclaimer {
         }
     }
 
-    /// Waits for a wake-up: whether it asks to collect (or only to reset), or None once
-    /// the store is stopping.
-    fn wait_for_work(&self) -> Option<bool> {
+    /// Waits for a wake-up: what it asks for (resets are always done), or None once the
+    /// store is stopping.
+    fn wait_for_work(&self) -> Option<Round> {
         let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
-        while !signal.wanted && !signal.resets && !signal.stop {
+        while !signal.wanted && !signal.resets && !signal.defrag && !signal.stop {
             signal = self.wake.wait(signal).unwrap_or_else(|p| p.into_inner());
         }
-        let collect = signal.wanted;
+        let round = Round {
+            collect: signal.wanted,
+            defrag: signal.defrag,
+        };
         signal.wanted = false;
         signal.resets = false;
-        (!signal.stop).then_some(collect)
+        signal.defrag = false;
+        (!signal.stop).then_some(round)
     }
 
     /// Rests for `time` unless the store stops meanwhile; false once it is stopping.
@@ -128,13 +151,13 @@ fn run(store: Store) {
         Ok(inner) => inner.config.gc_share_percent.clamp(1, 100) as u32,
         Err(_) => return,
     };
-    while let Some(collect) = reclaimer.wait_for_work() {
+    while let Some(mut round) = reclaimer.wait_for_work() {
         loop {
             let started = Instant::now();
             // A failure here (a device error, a stopped store) is met again, and reported,
             // by the allocation that needs the space; the reclaimer only waits for the next
             // wake-up.
-            let Ok(progress) = store.reclaim_pass(collect) else {
+            let Ok(progress) = store.reclaim_pass(&mut round) else {
                 break;
             };
             if !progress {
@@ -151,15 +174,19 @@ fn run(store: Store) {
 impl Store {
     /// One step of the reclaimer: a commit when emptied zones wait for one, else (in a
     /// round that may `collect`) one GC pass while fewer than the high watermark of zones
-    /// are free. Returns whether it did anything (and should be called again).
-    fn reclaim_pass(&self, collect: bool) -> crate::Result<bool> {
+    /// are free, else (in a round that may `defrag`) one defragmentation pass while the
+    /// metadata is past its line. Returns whether it did anything (and should be called
+    /// again).
+    fn reclaim_pass(&self, round: &mut Round) -> crate::Result<bool> {
         let (commit, collect, free) = {
             let inner = self.lock()?;
             // Zones waiting for their reset are free space on its way: collecting while
             // they count toward the watermark would move data for nothing.
             let below_high = (inner.free_soon() as u32) < inner.config.gc_high_zones;
             let commit = inner.resettable_now();
-            (commit, collect && below_high && !commit, inner.free.len())
+            round.defrag = round.defrag && inner.defrag_wanted(true);
+            let collect = round.collect && below_high && !commit;
+            (commit, collect, inner.free.len())
         };
         if commit {
             self.commit_for_resets()?;
@@ -167,13 +194,16 @@ impl Store {
             // (the next commit of anyone's sync does it).
             return Ok(self.lock()?.free.len() > free);
         }
-        if !collect {
-            return Ok(false);
+        if collect {
+            let moved = self.collect(super::gc::Pick::Ahead)?;
+            if moved {
+                self.lock()?.counters.gc_background_passes += 1;
+                return Ok(true);
+            }
         }
-        let moved = self.collect(super::gc::Pick::Ahead)?;
-        if moved {
-            self.lock()?.counters.gc_background_passes += 1;
+        if round.defrag {
+            round.defrag = self.defrag_pass()?;
         }
-        Ok(moved)
+        Ok(round.defrag)
     }
 }

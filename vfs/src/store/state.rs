@@ -205,6 +205,9 @@ pub struct State {
     pub units: Units,
     /// The target of each symbolic link.
     pub symlinks: HashMap<Ino, String>,
+    /// Extents of all files together: what a checkpoint of a fragmented store is mostly
+    /// made of (see [`super::defrag`]).
+    pub extents: usize,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -224,6 +227,7 @@ impl State {
             inline: InlineTails::default(),
             units: Units::new(geometry.zone_count),
             symlinks: HashMap::new(),
+            extents: 0,
         }
     }
 
@@ -313,6 +317,7 @@ impl State {
                 self.names.remove(ino);
                 self.inline.remove(*ino);
                 self.symlinks.remove(ino);
+                self.extents -= inode.extents.len();
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
                 }
@@ -328,7 +333,11 @@ impl State {
                 {
                     return corrupt(format!("inode {ino} maps outside the device"));
                 }
-                let displaced = self.inode_mut(*ino)?.extents.insert(*file_block, *extent);
+                let extents = &mut self.inode_mut(*ino)?.extents;
+                let before = extents.len();
+                let displaced = extents.insert(*file_block, *extent);
+                let after = extents.len();
+                self.extents = self.extents + after - before;
                 for ext in displaced {
                     self.invalidate(ext);
                 }
@@ -353,7 +362,10 @@ impl State {
                 inode.atime_ns = *atime_ns;
                 inode.mtime_ns = *mtime_ns;
                 inode.ctime_ns = *ctime_ns;
+                let before = inode.extents.len();
                 let dropped = inode.extents.truncate(size.div_ceil(bs));
+                let after = inode.extents.len();
+                self.extents = self.extents + after - before;
                 for ext in dropped {
                     self.invalidate(ext);
                 }
@@ -502,6 +514,7 @@ impl State {
         state.zones.owner = snap.zone_owner;
         let blocks = geometry.blocks_per_zone();
         for (ino, inode) in snap.inodes {
+            state.extents += inode.extents.len();
             for (_, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
                     return corrupt(format!("inode {ino} maps outside the device"));

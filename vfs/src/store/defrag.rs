@@ -1,0 +1,317 @@
+//! Defragmentation: rewriting a fragmented file's windows as whole extents, so that the
+//! metadata stays within what a checkpoint can hold.
+//!
+//! Small random overwrites with a sync after each (a B-tree's pages, SQLite's database
+//! file) leave a file with one extent per block, each with its own checksum unit, and a
+//! checkpoint holds every one of them ([`EXTENT_BYTES`] each). A checkpoint must fit half a
+//! metadata zone: before, a large enough randomly written file (about 9 GiB of one on the
+//! default device, 150 MiB on zones of 256 KiB) stopped the store for every tenant. Names
+//! are refused past [`super::METADATA_FULL`]; extents cannot be, as refusing a write to a
+//! file that exists would fail an application on a device with room. They are made fewer
+//! instead:
+//!
+//! - Past [`START`] of a metadata zone, by the size [`Inner::metadata_estimate`] puts on the
+//!   next checkpoint, the reclaimer thread rewrites the most fragmented windows of the most
+//!   fragmented file, a pass at a time, throttled as GC is, until the estimate is under
+//!   [`STOP`].
+//! - Past [`super::METADATA_FULL`] (the reclaimer behind), a sync of a fragmented file also
+//!   rewrites a few of that file's windows itself, after its own data is durable: the file
+//!   that fragments the metadata pays, as an allocation on a full device runs GC.
+//!
+//! A window is [`MAX_EXTENT_BLOCKS`] blocks of a file, aligned, and is worth rewriting when
+//! that makes at least [`MIN_GAIN`] of its extents fewer. A window is copied like a GC move
+//! ([`super::gc`]): planned under the lock, read pinned with no lock held and checked against
+//! its checksums, written as new extents of the file's own stream (where the application's
+//! writes of it go), and each new extent mapped only if the file still maps exactly the
+//! pieces that were read. A window overwritten meanwhile keeps its new data, and the copy
+//! is dead. The bytes written count as device bytes of the stream (in its WAF) and in
+//! `defrag_bytes_moved`.
+
+use std::sync::atomic::Ordering;
+
+use super::extent_map::{Extent, MAX_EXTENT_BLOCKS};
+use super::gc::maps;
+use super::state::{FileKind, Ino, MetaOp};
+use super::zone_map::StreamKey;
+use super::{Inner, Store};
+use crate::hint::Class;
+use crate::Result;
+
+/// What one extent (with its checksum unit) adds to a checkpoint, about: postcard's
+/// variable-length integers for the file block, zone, block and length, and the unit's
+/// block, length and crc.
+pub(super) const EXTENT_BYTES: u64 = 16;
+
+/// The reclaimer starts rewriting windows past this share of a metadata zone (1/4)...
+const START: (u64, u64) = (1, 4);
+/// ...and stops under this one (3/16).
+const STOP: (u64, u64) = (3, 16);
+
+/// A window must lose this many extents to be worth its copy (at most 16 blocks copied
+/// for each extent fewer).
+const MIN_GAIN: usize = MAX_EXTENT_BLOCKS as usize / 16;
+
+/// Windows one pass of the reclaimer rewrites (4 MiB of 4 KiB blocks at most), and one
+/// sync past the line.
+const PASS_WINDOWS: usize = 8;
+const SYNC_WINDOWS: usize = 2;
+
+/// The mapped pieces of one window, in file order, grouped into runs of consecutive file
+/// blocks (a hole ends a run): each run becomes one new extent.
+type Runs = Vec<Vec<(u64, Extent)>>;
+
+impl Inner {
+    /// What the next checkpoint will hold, about: the newest checkpoint's size, the names
+    /// made since (as [`Inner::metadata_room`] counts them) and [`EXTENT_BYTES`] for each
+    /// extent more (or fewer) than it held.
+    pub(super) fn metadata_estimate(&self) -> u64 {
+        let now = self.state.extents as i128;
+        let then = self.extents_at_checkpoint as i128;
+        let size = self.checkpoint_len as i128
+            + self.names_since_checkpoint as i128
+            + (now - then) * EXTENT_BYTES as i128;
+        size.max(0) as u64
+    }
+
+    fn metadata_share(&self, (num, den): (u64, u64)) -> u64 {
+        self.state.geometry.zone_capacity / den * num
+    }
+
+    /// Whether the reclaimer should rewrite windows (`running`: it already is, and goes on
+    /// down to [`STOP`]).
+    pub(super) fn defrag_wanted(&self, running: bool) -> bool {
+        let line = if running { STOP } else { START };
+        self.metadata_estimate() > self.metadata_share(line)
+    }
+
+    /// Whether a sync should rewrite some of its own file's windows.
+    fn defrag_needed(&self) -> bool {
+        self.metadata_estimate() > self.metadata_full_bytes()
+    }
+
+    /// The zoned file with the most extents beyond the fewest its size needs.
+    fn most_fragmented(&self) -> Option<Ino> {
+        let bs = self.state.block_size();
+        let per = MAX_EXTENT_BLOCKS as u64;
+        self.state
+            .inodes
+            .iter()
+            .filter(|(_, n)| n.kind == FileKind::File && n.hint.class != Class::Conventional)
+            .map(|(&ino, n)| {
+                let fewest = n.size.div_ceil(bs).div_ceil(per) as usize;
+                (ino, n.extents.len().saturating_sub(fewest))
+            })
+            .filter(|&(_, excess)| excess >= MIN_GAIN)
+            .max_by_key(|&(_, excess)| excess)
+            .map(|(ino, _)| ino)
+    }
+
+    /// Up to `count` windows of `ino` worth rewriting, looking from where the last pass
+    /// over it stopped and around once; remembers where this one stopped.
+    fn windows_to_rewrite(&mut self, ino: Ino, count: usize) -> Vec<u64> {
+        let Some(inode) = self.state.inodes.get(&ino) else {
+            return Vec::new();
+        };
+        let per = MAX_EXTENT_BLOCKS as u64;
+        let from = self.defrag_cursor.get(&ino).copied().unwrap_or(0);
+        let mut found = Vec::new();
+        // Extents per window, counted where each extent starts.
+        let count_from = |start: u64, end: u64, found: &mut Vec<u64>| {
+            let mut window = u64::MAX;
+            let mut extents = 0usize;
+            let mut windows = inode
+                .extents
+                .iter_from(start * per)
+                .take_while(|(fb, _)| fb / per < end)
+                .peekable();
+            while found.len() < count {
+                let next = windows.next();
+                let w = next.map(|(fb, _)| fb / per);
+                if w != Some(window) {
+                    if extents > MIN_GAIN {
+                        found.push(window);
+                    }
+                    extents = 0;
+                    window = match w {
+                        Some(w) => w,
+                        None => break,
+                    };
+                }
+                extents += 1;
+            }
+        };
+        count_from(from, u64::MAX, &mut found);
+        if found.len() < count && from > 0 {
+            count_from(0, from, &mut found);
+        }
+        match found.last() {
+            Some(&last) => self.defrag_cursor.insert(ino, last + 1),
+            None => self.defrag_cursor.remove(&ino),
+        };
+        found
+    }
+
+    /// The window's mapped pieces as runs, if rewriting them makes the file's extents
+    /// fewer by [`MIN_GAIN`].
+    fn window_runs(&self, ino: Ino, window: u64) -> Option<Runs> {
+        let inode = self.state.inodes.get(&ino)?;
+        let per = MAX_EXTENT_BLOCKS as u64;
+        let mut runs: Runs = Vec::new();
+        let mut end = u64::MAX;
+        for (fb, ext, _) in inode.extents.pieces(window * per, (window + 1) * per) {
+            let Some(ext) = ext else {
+                end = u64::MAX;
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run) if fb == end => run.push((fb, ext)),
+                _ => runs.push(vec![(fb, ext)]),
+            }
+            end = fb + ext.len as u64;
+        }
+        let pieces: usize = runs.iter().map(Vec::len).sum();
+        (pieces >= runs.len() + MIN_GAIN).then_some(runs)
+    }
+}
+
+impl Store {
+    /// One pass of the reclaimer: rewrites windows of the most fragmented file. Returns
+    /// whether it rewrote any (and should be called again).
+    pub(super) fn defrag_pass(&self) -> Result<bool> {
+        let (ino, windows) = {
+            let mut inner = self.lock()?;
+            let Some(ino) = inner.most_fragmented() else {
+                return Ok(false);
+            };
+            (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
+        };
+        let mut rewritten = false;
+        for window in windows {
+            rewritten |= self.rewrite_window(ino, window)?;
+        }
+        if rewritten {
+            self.lock()?.counters.defrag_passes += 1;
+        }
+        Ok(rewritten)
+    }
+
+    /// After a sync of `ino`: past the line, rewrites a few of its windows (see the module
+    /// docs). Its errors are the sync's: its own data is durable by then, but a device
+    /// that fails these writes fails the next ones too.
+    pub(super) fn defrag_on_sync(&self, ino: Ino) -> Result<()> {
+        let windows = {
+            let mut inner = self.lock()?;
+            if !inner.defrag_needed() {
+                return Ok(());
+            }
+            inner.windows_to_rewrite(ino, SYNC_WINDOWS)
+        };
+        let mut rewritten = false;
+        for window in windows {
+            rewritten |= self.rewrite_window(ino, window)?;
+        }
+        if rewritten {
+            self.lock()?.counters.defrag_sync_passes += 1;
+        }
+        Ok(())
+    }
+
+    /// Copies one window's runs into new extents of the file's stream. Returns whether
+    /// any was copied.
+    fn rewrite_window(&self, ino: Ino, window: u64) -> Result<bool> {
+        let bs = self.shared.device.geometry().block_size as u64;
+        let (runs, reads) = {
+            let inner = self.lock()?;
+            let Some(runs) = inner.window_runs(ino, window) else {
+                return Ok(false);
+            };
+            // Pin every piece's zone (not reset under the reader) with its units.
+            let reads: Vec<_> = runs
+                .iter()
+                .flatten()
+                .map(|&(_, ext)| {
+                    self.shared.pins[ext.zone as usize].fetch_add(1, Ordering::AcqRel);
+                    inner.state.units.covering(ext.zone, ext.block, ext.len)
+                })
+                .collect();
+            (runs, reads)
+        };
+        let pieces: Vec<Extent> = runs.iter().flatten().map(|&(_, ext)| ext).collect();
+        let mut data = Vec::with_capacity(pieces.len());
+        let mut failed = None;
+        for (ext, (units, complete)) in pieces.iter().zip(&reads) {
+            if failed.is_none() {
+                match self.read_verified(ext.zone, ext.block, ext.len, units, *complete) {
+                    Ok(Ok((bytes, _))) => data.push(bytes),
+                    Ok(Err(mismatch)) => failed = Some(Ok(mismatch)),
+                    Err(e) => failed = Some(Err(e)),
+                }
+            }
+            self.unpin(ext.zone);
+        }
+        match failed {
+            None => {}
+            Some(Err(e)) => return Err(e),
+            // Left where it is, as GC leaves it: the zone is damaged, and fsck says so.
+            Some(Ok(mismatch)) => {
+                let mut inner = self.lock()?;
+                inner.damaged.insert(mismatch.zone);
+                inner.counters.checksum_failures += 1;
+                inner.counters.last_checksum_failure = Some(mismatch.to_string());
+                return Ok(false);
+            }
+        }
+        let (key, hint) = {
+            let inner = self.lock()?;
+            let Ok(inode) = inner.state.inode(ino) else {
+                return Ok(false);
+            };
+            (StreamKey::user(inode.tenant, inode.hint.stream), inode.hint)
+        };
+        let mut data = data.into_iter();
+        for run in &runs {
+            let bytes: Vec<u8> = run.iter().flat_map(|_| data.next().unwrap()).collect();
+            let first = run[0].0;
+            let mut done = 0u64;
+            while done * bs < bytes.len() as u64 {
+                let want = (bytes.len() as u64 / bs - done) as u32;
+                let r = self.allocate(key, &hint, want, false)?;
+                let copy = &bytes[(done * bs) as usize..((done + r.blocks as u64) * bs) as usize];
+                let crc = match self.write_blocks(r, copy) {
+                    Ok(crc) => crc,
+                    Err(e) => {
+                        self.unpin(r.zone);
+                        return Err(e);
+                    }
+                };
+                let mut inner = self.lock()?;
+                let c = inner.counters.streams.entry(key).or_default();
+                c.device += copy.len() as u64;
+                inner.counters.defrag_bytes += copy.len() as u64;
+                // Mapped only over blocks the file still maps where they were read from.
+                let (lo, hi) = (first + done, first + done + r.blocks as u64);
+                let current = run.iter().all(|&(fb, ext)| {
+                    let (from, to) = (fb.max(lo), (fb + ext.len as u64).min(hi));
+                    let skip = (from - fb) as u32;
+                    from >= to || maps(&inner, ino, from, ext.slice(skip, (to - from) as u32))
+                });
+                if current {
+                    inner.record(MetaOp::MapExtent {
+                        ino,
+                        file_block: lo,
+                        extent: Extent {
+                            zone: r.zone,
+                            block: r.block,
+                            len: r.blocks,
+                        },
+                        crc,
+                    })?;
+                }
+                drop(inner);
+                self.unpin(r.zone);
+                done += r.blocks as u64;
+            }
+        }
+        Ok(true)
+    }
+}
