@@ -102,6 +102,10 @@ pub struct Stats {
     pub defrag_passes: u64,
     #[serde(default)]
     pub defrag_sync_passes: u64,
+    /// The last failure of a defragmentation a sync ran (not the sync's: its data was
+    /// durable), described. The reclaimer's failures are met again by the next write.
+    #[serde(default)]
+    pub last_defrag_failure: Option<String>,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

@@ -66,6 +66,8 @@ fn config(dir: &Path) -> StoreConfig {
         buffer_size: 64 * 1024,
         max_pending_ops: 64,
         conventional_dir: Some(dir.join("conventional")),
+        // Fragmented windows are rewritten whenever there is one, so kills land in them.
+        defrag_start_bytes: Some(0),
         ..Default::default()
     }
 }

@@ -318,6 +318,9 @@ struct Setup {
     /// No write or `set_len` reaches past this offset, which keeps live data below half the
     /// device (so ENOSPC is never a correct answer).
     max_offset: u64,
+    /// `StoreConfig::defrag_start_bytes`: 0 rewrites every fragmented window, on every
+    /// commit and sync, so that the model checks defragmentation racing with everything.
+    defrag_start_bytes: Option<u64>,
 }
 
 impl Setup {
@@ -326,6 +329,7 @@ impl Setup {
             buffers: self.buffers,
             buffer_size: self.buffer_size,
             max_pending_ops: self.max_pending_ops,
+            defrag_start_bytes: self.defrag_start_bytes,
             ..Default::default()
         }
     }
@@ -345,15 +349,18 @@ const SMALL: Setup = Setup {
     buffer_size: 16 * 1024,
     max_pending_ops: 4096,
     max_offset: 160 * 1024,
+    defrag_start_bytes: None,
 };
 
-/// 12 zones of 256 KiB holding up to 1.1 MiB of live data: GC has to move data.
+/// 12 zones of 256 KiB holding up to 1.1 MiB of live data: GC has to move data, and
+/// fragmented windows are rewritten all the time.
 const TIGHT: Setup = Setup {
     geometry: Geometry {
         zone_count: 12,
         ..SMALL.geometry
     },
     max_offset: 96 * 1024,
+    defrag_start_bytes: Some(0),
     ..SMALL
 };
 
@@ -372,6 +379,7 @@ const LARGE: Setup = Setup {
     buffer_size: 64 * 1024,
     max_pending_ops: 16,
     max_offset: 160 * 1024,
+    defrag_start_bytes: Some(0),
 };
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -1087,6 +1095,7 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.zone_finishes += s.zone_finishes;
     total.device_syncs += s.device_syncs;
     total.gc_bytes_moved += s.gc_bytes_moved;
+    total.defrag_bytes_moved += s.defrag_bytes_moved;
     total.meta_bytes += s.meta_bytes;
     total.host_bytes += s.host_bytes;
     total.device_bytes += s.device_bytes;
@@ -1818,7 +1827,8 @@ proptest! {
 
 /// A fixed-seed workload of random overwrites of four files on the tight geometry, checked
 /// against the model like the properties, must make every mechanism of the store run:
-/// GC moving data, zone resets and finishes, metadata checkpoint rotation, device syncs.
+/// GC moving data, fragmented windows rewritten, zone resets and finishes, metadata
+/// checkpoint rotation, device syncs.
 /// (Write-buffer stealing runs too: four files are written through three buffers.)
 #[test]
 fn every_mechanism_is_exercised() {
@@ -1871,6 +1881,7 @@ fn every_mechanism_is_exercised() {
         eprintln!("{s:?}");
     }
     assert!(s.gc_bytes_moved > 0, "no GC moves: {s:?}");
+    assert!(s.defrag_bytes_moved > 0, "no windows rewritten: {s:?}");
     assert!(s.zone_resets > 0, "no zone resets: {s:?}");
     assert!(s.zone_finishes > 0, "no zone finishes: {s:?}");
     assert!(s.device_syncs > 0, "no device syncs: {s:?}");

@@ -10,11 +10,12 @@
 //! file that exists would fail an application on a device with room. They are made fewer
 //! instead:
 //!
-//! - Past [`START`] of a metadata zone, by the size [`Inner::metadata_estimate`] puts on the
-//!   next checkpoint, the reclaimer thread rewrites the most fragmented windows of the most
-//!   fragmented file, a pass at a time, throttled as GC is, until the estimate is under
-//!   [`STOP`].
-//! - Past [`super::METADATA_FULL`] (the reclaimer behind), a sync of a fragmented file also
+//! - Past a quarter of a metadata zone (`StoreConfig::defrag_start_bytes`), by the size
+//!   [`Inner::metadata_estimate`] puts on the next checkpoint, the reclaimer thread
+//!   rewrites the most fragmented windows of the most fragmented file, a pass at a time,
+//!   throttled as GC is, until the estimate is under three quarters of that line.
+//! - Past one and a half times that line, where new names are refused
+//!   ([`super::METADATA_FULL`]) (the reclaimer behind), a sync of a fragmented file also
 //!   rewrites a few of that file's windows itself, after its own data is durable: the file
 //!   that fragments the metadata pays, as an allocation on a full device runs GC.
 //!
@@ -42,11 +43,6 @@ use crate::Result;
 /// block, length and crc.
 pub(super) const EXTENT_BYTES: u64 = 16;
 
-/// The reclaimer starts rewriting windows past this share of a metadata zone (1/4)...
-const START: (u64, u64) = (1, 4);
-/// ...and stops under this one (3/16).
-const STOP: (u64, u64) = (3, 16);
-
 /// A window must lose this many extents to be worth its copy (at most 16 blocks copied
 /// for each extent fewer).
 const MIN_GAIN: usize = MAX_EXTENT_BLOCKS as usize / 16;
@@ -73,20 +69,23 @@ impl Inner {
         size.max(0) as u64
     }
 
-    fn metadata_share(&self, (num, den): (u64, u64)) -> u64 {
-        self.state.geometry.zone_capacity / den * num
+    /// Where the reclaimer starts rewriting windows (see the module docs).
+    fn defrag_start(&self) -> u64 {
+        let quarter = self.state.geometry.zone_capacity / 4;
+        self.config.defrag_start_bytes.unwrap_or(quarter)
     }
 
     /// Whether the reclaimer should rewrite windows (`running`: it already is, and goes on
-    /// down to [`STOP`]).
+    /// down to three quarters of the start).
     pub(super) fn defrag_wanted(&self, running: bool) -> bool {
-        let line = if running { STOP } else { START };
-        self.metadata_estimate() > self.metadata_share(line)
+        let start = self.defrag_start();
+        let line = if running { start / 4 * 3 } else { start };
+        self.metadata_estimate() > line
     }
 
     /// Whether a sync should rewrite some of its own file's windows.
     fn defrag_needed(&self) -> bool {
-        self.metadata_estimate() > self.metadata_full_bytes()
+        self.metadata_estimate() > self.defrag_start() / 2 * 3
     }
 
     /// The zoned file with the most extents beyond the fewest its size needs.
@@ -180,6 +179,12 @@ impl Store {
     pub(super) fn defrag_pass(&self) -> Result<bool> {
         let (ino, windows) = {
             let mut inner = self.lock()?;
+            let Inner {
+                defrag_cursor,
+                state,
+                ..
+            } = &mut *inner;
+            defrag_cursor.retain(|ino, _| state.inodes.contains_key(ino));
             let Some(ino) = inner.most_fragmented() else {
                 return Ok(false);
             };
@@ -196,9 +201,18 @@ impl Store {
     }
 
     /// After a sync of `ino`: past the line, rewrites a few of its windows (see the module
-    /// docs). Its errors are the sync's: its own data is durable by then, but a device
-    /// that fails these writes fails the next ones too.
-    pub(super) fn defrag_on_sync(&self, ino: Ino) -> Result<()> {
+    /// docs). A failure here is not the sync's (its data is durable by then): a full device
+    /// only leaves the windows as they are, and a failing one fails the next write.
+    pub(super) fn defrag_on_sync(&self, ino: Ino) {
+        if let Err(e) = self.try_defrag_on_sync(ino) {
+            if let Ok(mut inner) = self.lock() {
+                let why = format!("inode {ino}, after its sync: {e}");
+                inner.counters.last_defrag_failure = Some(why);
+            }
+        }
+    }
+
+    fn try_defrag_on_sync(&self, ino: Ino) -> Result<()> {
         let windows = {
             let mut inner = self.lock()?;
             if !inner.defrag_needed() {

@@ -5,7 +5,8 @@
 //! [`commit`] group commit; [`writer`] the background writer of full buffers; [`namespace`]
 //! paths and directory operations; [`alloc`] the ZNS resolver and zone lifecycle; [`gc`]
 //! one collection pass; [`reclaim`] the thread that runs passes in the background against
-//! free-zone watermarks; [`checksum`] the crc of every written unit, which GC and the deep
+//! free-zone watermarks; [`defrag`] rewriting fragmented files' windows whole when their
+//! extents near what a checkpoint can hold; [`checksum`] the crc of every written unit, which GC and the deep
 //! fsck verify; [`mount`] recovery; [`fsck`] the invariant checker; [`inline`] small synced
 //! tails that travel in journal records until their window reaches a data zone.
 //!
@@ -56,6 +57,11 @@
 //!   copies into may be the reserve itself. A pass reads its victim pinned, with no lock,
 //!   and copies into its tenant's GC stream, whose zones only GC appends to. A zone a
 //!   writer still pins (its extent written, not yet recorded) is never a victim.
+//! - **Defragmentation** ([`defrag`]) copies as a GC pass does (plan under `inner`, read
+//!   pinned and write with no lock, map a copy only if the file still maps what was read),
+//!   into the file's own stream, on the reclaimer's thread and, past the metadata's line,
+//!   on a sync of the fragmented file after its commit. Passes may run at once with each
+//!   other and with GC: each only maps what it read, unchanged.
 //! - **Placement calls and events** happen with no lock held: hints are decided before the
 //!   namespace lock is taken (and checked again after), events are queued under `inner`
 //!   and delivered after it is released.
@@ -146,6 +152,10 @@ pub struct StoreConfig {
     pub conventional_dir: Option<PathBuf>,
     /// Commit metadata on its own once this many operations are pending.
     pub max_pending_ops: usize,
+    /// Size of the next checkpoint past which the reclaimer rewrites fragmented files;
+    /// None: a quarter of a metadata zone. Tests set 0 to have it run whenever a file has
+    /// a window worth rewriting (see [`defrag`]).
+    pub defrag_start_bytes: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -159,6 +169,7 @@ impl Default for StoreConfig {
             gc_reserve_zones: 1,
             conventional_dir: None,
             max_pending_ops: 4096,
+            defrag_start_bytes: None,
         }
     }
 }
@@ -297,6 +308,7 @@ struct Counters {
     defrag_bytes: u64,
     defrag_passes: u64,
     defrag_sync_passes: u64,
+    last_defrag_failure: Option<String>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1259,7 +1271,8 @@ impl FileHandle {
             inner.events.push(Event::Synced { tenant, path });
             Ok(())
         })?;
-        self.store.defrag_on_sync(self.ino)
+        self.store.defrag_on_sync(self.ino);
+        Ok(())
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
@@ -1537,6 +1550,7 @@ impl Inner {
             defrag_bytes_moved: self.counters.defrag_bytes,
             defrag_passes: self.counters.defrag_passes,
             defrag_sync_passes: self.counters.defrag_sync_passes,
+            last_defrag_failure: self.counters.last_defrag_failure.clone(),
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,
