@@ -52,6 +52,20 @@ const MIN_GAIN: usize = MAX_EXTENT_BLOCKS as usize / 16;
 const PASS_WINDOWS: usize = 8;
 const SYNC_WINDOWS: usize = 2;
 
+/// A file where rewriting found nothing worth it is looked at again once it has this many
+/// extents more; the store's files all, once the store has [`RESCAN_STORE`] more.
+const RESCAN_FILE: usize = 8 * MIN_GAIN;
+const RESCAN_STORE: usize = 1024;
+
+/// Where defragmentation stands on one file.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Cursor {
+    /// The window to look at first.
+    next_window: u64,
+    /// Nothing to rewrite until the file has this many extents.
+    quiet_below: usize,
+}
+
 /// The mapped pieces of one window, in file order, grouped into runs of consecutive file
 /// blocks (a hole ends a run): each run becomes one new extent.
 type Runs = Vec<Vec<(u64, Extent)>>;
@@ -80,7 +94,7 @@ impl Inner {
     pub(super) fn defrag_wanted(&self, running: bool) -> bool {
         let start = self.defrag_start();
         let line = if running { start / 4 * 3 } else { start };
-        self.metadata_estimate() > line
+        self.state.extents >= self.defrag_quiet_below && self.metadata_estimate() > line
     }
 
     /// Whether a sync should rewrite some of its own file's windows.
@@ -88,14 +102,21 @@ impl Inner {
         self.metadata_estimate() > self.defrag_start() / 2 * 3
     }
 
-    /// The zoned file with the most extents beyond the fewest its size needs.
+    /// The zoned file with the most extents beyond the fewest its size needs, of those
+    /// that may have windows worth rewriting.
     fn most_fragmented(&self) -> Option<Ino> {
         let bs = self.state.block_size();
         let per = MAX_EXTENT_BLOCKS as u64;
+        let quiet = |ino: &Ino, extents: usize| {
+            self.defrag_cursor
+                .get(ino)
+                .is_some_and(|c| extents < c.quiet_below)
+        };
         self.state
             .inodes
             .iter()
             .filter(|(_, n)| n.kind == FileKind::File && n.hint.class != Class::Conventional)
+            .filter(|(ino, n)| !quiet(ino, n.extents.len()))
             .map(|(&ino, n)| {
                 let fewest = n.size.div_ceil(bs).div_ceil(per) as usize;
                 (ino, n.extents.len().saturating_sub(fewest))
@@ -106,13 +127,18 @@ impl Inner {
     }
 
     /// Up to `count` windows of `ino` worth rewriting, looking from where the last pass
-    /// over it stopped and around once; remembers where this one stopped.
+    /// over it stopped and around once; remembers where this one stopped, or that the
+    /// file had none.
     fn windows_to_rewrite(&mut self, ino: Ino, count: usize) -> Vec<u64> {
         let Some(inode) = self.state.inodes.get(&ino) else {
             return Vec::new();
         };
         let per = MAX_EXTENT_BLOCKS as u64;
-        let from = self.defrag_cursor.get(&ino).copied().unwrap_or(0);
+        let cursor = self.defrag_cursor.get(&ino).copied().unwrap_or_default();
+        if inode.extents.len() < cursor.quiet_below {
+            return Vec::new();
+        }
+        let from = cursor.next_window;
         let mut found = Vec::new();
         // Extents per window, counted where each extent starts.
         let count_from = |start: u64, end: u64, found: &mut Vec<u64>| {
@@ -121,8 +147,7 @@ impl Inner {
             let mut windows = inode
                 .extents
                 .iter_from(start * per)
-                .take_while(|(fb, _)| fb / per < end)
-                .peekable();
+                .take_while(|(fb, _)| fb / per < end);
             while found.len() < count {
                 let next = windows.next();
                 let w = next.map(|(fb, _)| fb / per);
@@ -143,10 +168,17 @@ impl Inner {
         if found.len() < count && from > 0 {
             count_from(0, from, &mut found);
         }
-        match found.last() {
-            Some(&last) => self.defrag_cursor.insert(ino, last + 1),
-            None => self.defrag_cursor.remove(&ino),
+        let cursor = match found.last() {
+            Some(&last) => Cursor {
+                next_window: last + 1,
+                quiet_below: 0,
+            },
+            None => Cursor {
+                next_window: 0,
+                quiet_below: inode.extents.len() + RESCAN_FILE,
+            },
         };
+        self.defrag_cursor.insert(ino, cursor);
         found
     }
 
@@ -186,6 +218,7 @@ impl Store {
             } = &mut *inner;
             defrag_cursor.retain(|ino, _| state.inodes.contains_key(ino));
             let Some(ino) = inner.most_fragmented() else {
+                inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE;
                 return Ok(false);
             };
             (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
@@ -194,8 +227,11 @@ impl Store {
         for window in windows {
             rewritten |= self.rewrite_window(ino, window)?;
         }
-        if rewritten {
-            self.lock()?.counters.defrag_passes += 1;
+        let mut inner = self.lock()?;
+        match rewritten {
+            true => inner.counters.defrag_passes += 1,
+            // Scanning every file again at each commit would hold the lock for nothing.
+            false => inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE,
         }
         Ok(rewritten)
     }

@@ -379,8 +379,10 @@ struct Inner {
     /// The files' extents when the newest checkpoint's snapshot was taken (see
     /// [`Inner::metadata_estimate`]).
     extents_at_checkpoint: usize,
-    /// Per fragmented file, the window where defragmentation looks next ([`defrag`]).
-    defrag_cursor: HashMap<Ino, u64>,
+    /// Per fragmented file, where defragmentation stands ([`defrag`]); and the files'
+    /// extents below which no file is worth looking at again.
+    defrag_cursor: HashMap<Ino, defrag::Cursor>,
+    defrag_quiet_below: usize,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).

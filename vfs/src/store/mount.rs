@@ -152,6 +152,7 @@ pub(super) fn mount(
         names_since_checkpoint: 0,
         extents_at_checkpoint: 0,
         defrag_cursor: HashMap::new(),
+        defrag_quiet_below: 0,
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
