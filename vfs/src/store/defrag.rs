@@ -98,7 +98,7 @@ impl Inner {
     }
 
     /// Whether a sync should rewrite some of its own file's windows.
-    fn defrag_needed(&self) -> bool {
+    pub(super) fn defrag_needed(&self) -> bool {
         self.metadata_estimate() > self.defrag_start() / 2 * 3
     }
 
@@ -236,8 +236,8 @@ impl Store {
         Ok(rewritten)
     }
 
-    /// After a sync of `ino`: past the line, rewrites a few of its windows (see the module
-    /// docs). A failure here is not the sync's (its data is durable by then): a full device
+    /// After a sync of `ino` past the line ([`Inner::defrag_needed`]), rewrites a few of
+    /// its windows (see the module docs). A failure here is not the sync's (its data is durable by then): a full device
     /// only leaves the windows as they are, and a failing one fails the next write.
     pub(super) fn defrag_on_sync(&self, ino: Ino) {
         if let Err(e) = self.try_defrag_on_sync(ino) {
@@ -249,13 +249,7 @@ impl Store {
     }
 
     fn try_defrag_on_sync(&self, ino: Ino) -> Result<()> {
-        let windows = {
-            let mut inner = self.lock()?;
-            if !inner.defrag_needed() {
-                return Ok(());
-            }
-            inner.windows_to_rewrite(ino, SYNC_WINDOWS)
-        };
+        let windows = self.lock()?.windows_to_rewrite(ino, SYNC_WINDOWS);
         let mut rewritten = false;
         for window in windows {
             rewritten |= self.rewrite_window(ino, window)?;

@@ -1267,13 +1267,15 @@ impl FileHandle {
         self.store.lock()?.handle(self.id)?;
         self.store.sync_file(self.ino)?;
         self.store.commit_inode(self.ino)?;
-        self.store.with(|inner| {
+        let defrag = self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
             let path = inner.state.any_path(self.ino);
             inner.events.push(Event::Synced { tenant, path });
-            Ok(())
+            Ok(inner.defrag_needed())
         })?;
-        self.store.defrag_on_sync(self.ino);
+        if defrag {
+            self.store.defrag_on_sync(self.ino);
+        }
         Ok(())
     }
 
