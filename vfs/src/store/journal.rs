@@ -164,9 +164,25 @@ pub struct Journal {
     next_seq: u64,
     /// Bytes of metadata records written (accounting).
     pub bytes_written: u64,
-    /// Bytes of the newest checkpoint record, and of the transactions appended after it.
+    /// Bytes of the newest checkpoint record.
     pub checkpoint_len: u64,
-    since_checkpoint: u64,
+    /// At most what the transactions appended after it add to the next checkpoint (see
+    /// [`GROWTH_PER_BYTE`]).
+    grown_since_checkpoint: u64,
+}
+
+/// What a transaction's operations add to a checkpoint, at most, per byte of their
+/// encoding: a new inode takes about twice the bytes of its `CreateInode` operation in a
+/// snapshot, an extent with its checksum unit about its `MapExtent`, inline bytes and link
+/// targets themselves. Counted on the encoding, not on the record padded
+/// to a block: a sync's record of a few dozen bytes takes a whole block, and counting the
+/// block made a store near its metadata line checkpoint after a few dozen syncs.
+const GROWTH_PER_BYTE: u64 = 4;
+
+/// At most what `record`, laid out by [`encode`], adds to the next checkpoint.
+fn growth(record: &[u8]) -> u64 {
+    let payload = u32::from_le_bytes(record[16..20].try_into().expect("a record header"));
+    payload as u64 * GROWTH_PER_BYTE
 }
 
 /// How large a checkpoint may be, as a share of a metadata zone's capacity.
@@ -190,7 +206,7 @@ impl Journal {
             next_seq,
             bytes_written: 0,
             checkpoint_len: 0,
-            since_checkpoint: 0,
+            grown_since_checkpoint: 0,
         }
     }
 
@@ -212,16 +228,16 @@ impl Journal {
         Ok(wp + (len as u64) < self.device.geometry().zone_capacity)
     }
 
-    /// Whether a record of `len` bytes should go after a new checkpoint instead: when it
-    /// does not fit, or when the transactions since the last checkpoint could have grown
-    /// the metadata past `full` bytes (a transaction adds at most its own bytes to the
-    /// next checkpoint), but at most every 1/32 of a zone of transactions. So the store's
-    /// view of its metadata's size, taken at each checkpoint, is never more than 1/32 of
-    /// a zone behind once past `full`, and never past `full` before.
-    pub fn checkpoint_due(&self, len: usize, full: u64) -> Result<bool> {
+    /// Whether `record` should go after a new checkpoint instead: when it does not fit, or
+    /// when the transactions since the last checkpoint could have grown the metadata past
+    /// `full` bytes ([`GROWTH_PER_BYTE`]), but at most every 1/32 of a zone of such growth.
+    /// So the store's view of its metadata's size, taken at each checkpoint, is never more
+    /// than 1/32 of a zone behind once past `full`, and never past `full` before.
+    pub fn checkpoint_due(&self, record: &[u8], full: u64) -> Result<bool> {
         let capacity = self.device.geometry().zone_capacity;
         let room = full.saturating_sub(self.checkpoint_len).max(capacity / 32);
-        Ok(!self.fits(len)? || self.since_checkpoint + len as u64 > room)
+        let grown = self.grown_since_checkpoint + growth(record);
+        Ok(!self.fits(record.len())? || grown > room)
     }
 
     /// Appends a record made by [`Journal::encode_transaction`] that [`Journal::fits`].
@@ -231,7 +247,7 @@ impl Journal {
         let wp = self.device.zone_info(zone)?.write_pointer;
         self.device.write(zone, wp, record)?;
         self.bytes_written += record.len() as u64;
-        self.since_checkpoint += record.len() as u64;
+        self.grown_since_checkpoint += growth(record);
         self.next_seq += 1;
         Ok(())
     }
@@ -292,7 +308,7 @@ impl Journal {
         self.device.write(zone, 0, &record)?;
         self.bytes_written += record.len() as u64;
         self.checkpoint_len = record.len() as u64;
-        self.since_checkpoint = 0;
+        self.grown_since_checkpoint = 0;
         self.next_seq += 1;
         self.active = next;
         Ok(())

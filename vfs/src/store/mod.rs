@@ -697,7 +697,7 @@ impl Store {
                     let full = inner
                         .metadata_full_bytes()
                         .saturating_sub(inner.names_since_checkpoint);
-                    let snapshot = match journal.checkpoint_due(record.len(), full)? {
+                    let snapshot = match journal.checkpoint_due(&record, full)? {
                         false => None,
                         true => Some((
                             inner.state.snapshot(),
