@@ -502,7 +502,7 @@ impl Store {
 
     /// The stream a flush of `ino` writes to, its hint (with the lifetime group of the
     /// stream's bytes so far) and the block size.
-    fn stream_of(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
+    pub(super) fn stream_of(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
         let inner = self.lock()?;
         let inode = inner.state.inode(ino)?;
         let key = StreamKey::user(inode.tenant, inode.hint.stream);

@@ -33,10 +33,9 @@ use std::sync::atomic::Ordering;
 use super::extent_map::{Extent, MAX_EXTENT_BLOCKS};
 use super::gc::maps;
 use super::state::{FileKind, Ino, MetaOp};
-use super::zone_map::StreamKey;
 use super::{Inner, Store};
 use crate::hint::Class;
-use crate::Result;
+use crate::{Error, Result};
 
 /// What one extent (with its checksum unit) adds to a checkpoint, about: postcard's
 /// variable-length integers for the file block, zone, block and length, and the unit's
@@ -305,12 +304,11 @@ impl Store {
                 return Ok(false);
             }
         }
-        let (key, hint) = {
-            let inner = self.lock()?;
-            let Ok(inode) = inner.state.inode(ino) else {
-                return Ok(false);
-            };
-            (StreamKey::user(inode.tenant, inode.hint.stream), inode.hint)
+        // The stream and lifetime group the file's own flushes write to now.
+        let (key, hint) = match self.stream_of(ino) {
+            Ok((key, hint, _)) => (key, hint),
+            Err(Error::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
         };
         let mut data = data.into_iter();
         for run in &runs {
