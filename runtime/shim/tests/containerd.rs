@@ -130,6 +130,28 @@ fn device(dir: &Path) -> DeviceSpec {
     }
 }
 
+/// The container's exit code as `ctr run` gave it, or None when ctr lost it to a race in
+/// containerd-shimkit 0.1.2 (the newest): its `State` polls, once, a future that takes the
+/// task's state lock, so a `State` that meets the shim's own exit-event task holding that
+/// lock answers RUNNING, and ctr's delete right after its wait fails with "task must be
+/// stopped before deletion: running" (exit 1). Seen once in many CI runs; the guest's own
+/// output is checked either way.
+fn exit_code(out: &Output) -> Option<i32> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lost = stderr.contains("task must be stopped before deletion: running");
+    match out.status.code() {
+        Some(1) if lost => None,
+        code => Some(code.unwrap_or(-1)),
+    }
+}
+
+/// Asserts the container exited with `code` (unless ctr lost it, see [`exit_code`]).
+#[track_caller]
+fn assert_exit(out: &Output, code: i32, context: &str) {
+    let got = exit_code(out).unwrap_or(code);
+    assert_eq!(got, code, "{context}{}", text(out));
+}
+
 fn text(out: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -211,12 +233,7 @@ fn pods_share_the_node_store_at_once() {
         q.wait_with_output().unwrap(),
     );
     let agent_log = node.agent.as_ref().unwrap().log_text();
-    assert_eq!(
-        a.status.code(),
-        Some(0),
-        "pod a: {}\nagent: {agent_log}",
-        text(&a)
-    );
+    assert_exit(&a, 0, &format!("agent: {agent_log}\npod a: "));
     assert!(
         String::from_utf8_lossy(&a.stdout).contains("ok 300"),
         "{}",
@@ -229,14 +246,14 @@ fn pods_share_the_node_store_at_once() {
         text(&a)
     );
     // Env and exit codes pass through.
-    assert_eq!(b.status.code(), Some(7), "pod b: {}", text(&b));
+    assert_exit(&b, 7, "pod b: ");
     assert!(
         String::from_utf8_lossy(&b.stdout).contains("ok 300"),
         "{}",
         text(&b)
     );
     // The pod over its quota gets ENOSPC; the others wrote everything.
-    assert_eq!(q.status.code(), Some(4), "pod q: {}", text(&q));
+    assert_exit(&q, 4, "pod q: ");
     let q_out = String::from_utf8_lossy(&q.stdout).into_owned();
     let q_acked = acked(&q_out);
     assert!(q_out.contains(&format!("enospc {q_acked}")), "{}", text(&q));
@@ -440,7 +457,7 @@ fn a_fresh_agent_loads_the_compiled_module_from_containerds_content_store() {
     let mut node = Node::start();
     let args = ["c", "/data", "1", "430"];
     let out = node.run("c1", &[("valet.io/tenant", "c")], &[], &args);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_exit(&out, 0, "");
     let log = node.agent.as_ref().unwrap().log_text();
     assert!(log.contains("valet-run node: compiled sha256:"), "{log}");
     // The blob, labelled with its source, and the image's target holding it for the GC.
@@ -481,16 +498,16 @@ fn a_fresh_agent_loads_the_compiled_module_from_containerds_content_store() {
             .unwrap()
     };
     let out = run_twin(&node, "t1");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_exit(&out, 0, "");
 
     // A fresh agent: nothing in memory, no disk cache. Both images load compiled.
     node.stop_agent_and_mount();
     std::fs::remove_dir_all(node.device.with_extension("cache")).ok();
     node.agent = Some(Agent::start(&node.device, &node.socket));
     let out = node.run("c2", &[("valet.io/tenant", "c")], &[], &args);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_exit(&out, 0, "");
     let out = run_twin(&node, "t2");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_exit(&out, 0, "");
     let log = node.agent.as_ref().unwrap().log_text();
     assert!(
         log.matches("from containerd's content store").count() == 2
@@ -551,14 +568,12 @@ fn a_wasm_artifact_image_runs_under_containerd_17() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\ncontainerd:\n{}\nagent:\n{}",
-        text(&out),
+    let logs = format!(
+        "containerd:\n{}\nagent:\n{}\n",
         containerd.log_tail(),
         agent.log_text()
     );
+    assert_exit(&out, 0, &logs);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("ok 20"),
         "{}",
