@@ -1,4 +1,5 @@
-//! Extent checksums: GC verifies what it copies and refuses a damaged block, the deep fsck
+//! Extent checksums: GC and defragmentation verify what they copy and refuse a damaged
+//! block, the deep fsck
 //! reads and verifies every live block, and the checksums survive remounts (journal replay
 //! and checkpoints). Also: GC runs in the background, not on the writer's call.
 
@@ -229,6 +230,62 @@ fn gc_refuses_to_copy_a_damaged_block_and_deep_fsck_reports_it() {
     // there and verifies.
     dev.rot.store(false, Ordering::SeqCst);
     assert_eq!(read_all(&store, root, "keep"), kept);
+    let healed = store.fsck_deep().unwrap();
+    assert!(healed.is_clean(), "{healed:?}");
+    assert_eq!(healed.verified_blocks, healed.valid_blocks);
+}
+
+#[test]
+fn defragmentation_refuses_to_copy_a_damaged_block() {
+    let dev = device();
+    // One block at a time, taking turns with another file: every block of `pages` is an
+    // extent of its own (nothing joins), and no defragmentation runs yet.
+    let store = mount_with(&dev, 0);
+    let (_, root) = store.tenant("app").unwrap();
+    let pages = store
+        .open_file(root, "pages", OpenOptions::create())
+        .unwrap();
+    let other = store
+        .open_file(root, "other", OpenOptions::create())
+        .unwrap();
+    let written = pattern(3, 24 * BLOCK);
+    for (i, block) in written.chunks(BLOCK).enumerate() {
+        pages.write_at(block, (i * BLOCK) as u64).unwrap();
+        pages.sync_data().unwrap();
+        other.write_at(&[4u8; BLOCK], (i * BLOCK) as u64).unwrap();
+        other.sync_data().unwrap();
+    }
+    pages.close().unwrap();
+    other.close().unwrap();
+    assert_eq!(store.fsck().unwrap().extents, 48);
+    store.unmount().unwrap();
+
+    // Damage, then a store that rewrites every fragmented window on every sync and commit.
+    dev.rot.store(true, Ordering::SeqCst);
+    let config = StoreConfig {
+        gc_low_zones: 0,
+        defrag_start_bytes: Some(0),
+        ..Default::default()
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    let pages = store
+        .open_file(root, "pages", OpenOptions::create())
+        .unwrap();
+    pages.write_at(&written[..BLOCK], 0).unwrap();
+    pages.sync_data().unwrap();
+    let stats = store.stats();
+    assert!(
+        stats.checksum_failures > 0,
+        "never met the damage: {stats:?}"
+    );
+    // Nothing was laundered: no copy of the damaged data under a new checksum.
+    assert_eq!(stats.defrag_bytes_moved, 0, "{stats:?}");
+    pages.close().unwrap();
+
+    // Left as it was: once the medium reads right again, every byte is there and verifies.
+    dev.rot.store(false, Ordering::SeqCst);
+    assert_eq!(read_all(&store, root, "pages"), written);
     let healed = store.fsck_deep().unwrap();
     assert!(healed.is_clean(), "{healed:?}");
     assert_eq!(healed.verified_blocks, healed.valid_blocks);

@@ -101,6 +101,12 @@ impl Inner {
         self.metadata_estimate() > self.defrag_start() / 2 * 3
     }
 
+    /// Whether free zones are short: then the space is GC's to make, and a copy would
+    /// only take it (or wait for it, on a sync).
+    fn space_short(&self) -> bool {
+        self.free_soon() < self.config.gc_low_zones as usize
+    }
+
     /// The zoned file with the most extents beyond the fewest its size needs, of those
     /// that may have windows worth rewriting.
     fn most_fragmented(&self) -> Option<Ino> {
@@ -182,7 +188,8 @@ impl Inner {
     }
 
     /// The window's mapped pieces as runs, if rewriting them makes the file's extents
-    /// fewer by [`MIN_GAIN`].
+    /// fewer by [`MIN_GAIN`] (and none lies in a zone found damaged: left as it is, as GC
+    /// leaves it).
     fn window_runs(&self, ino: Ino, window: u64) -> Option<Runs> {
         let inode = self.state.inodes.get(&ino)?;
         let per = MAX_EXTENT_BLOCKS as u64;
@@ -193,6 +200,9 @@ impl Inner {
                 end = u64::MAX;
                 continue;
             };
+            if self.damaged.contains(&ext.zone) {
+                return None;
+            }
             match runs.last_mut() {
                 Some(run) if fb == end => run.push((fb, ext)),
                 _ => runs.push(vec![(fb, ext)]),
@@ -216,6 +226,9 @@ impl Store {
                 ..
             } = &mut *inner;
             defrag_cursor.retain(|ino, _| state.inodes.contains_key(ino));
+            if inner.space_short() {
+                return Ok(false);
+            }
             let Some(ino) = inner.most_fragmented() else {
                 inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE;
                 return Ok(false);
@@ -248,7 +261,13 @@ impl Store {
     }
 
     fn try_defrag_on_sync(&self, ino: Ino) -> Result<()> {
-        let windows = self.lock()?.windows_to_rewrite(ino, SYNC_WINDOWS);
+        let windows = {
+            let mut inner = self.lock()?;
+            if inner.space_short() {
+                return Ok(());
+            }
+            inner.windows_to_rewrite(ino, SYNC_WINDOWS)
+        };
         let mut rewritten = false;
         for window in windows {
             rewritten |= self.rewrite_window(ino, window)?;
