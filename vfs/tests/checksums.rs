@@ -1,7 +1,7 @@
 //! Extent checksums: GC and defragmentation verify what they copy and refuse a damaged
-//! block, the deep fsck
-//! reads and verifies every live block, and the checksums survive remounts (journal replay
-//! and checkpoints). Also: GC runs in the background, not on the writer's call.
+//! block, the deep fsck reads and verifies every live block, and the checksums survive
+//! remounts (journal replay and checkpoints). Also: GC runs in the background, not on the
+//! writer's call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
