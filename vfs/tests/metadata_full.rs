@@ -202,3 +202,63 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
     let file = store.open_file(root, "db", OpenOptions::read()).unwrap();
     check(&store, &file);
 }
+
+/// A tenant limited to a number of directory entries gets ENOSPC for new names (files,
+/// directories, symlinks, hard links) once its tree holds that many, while another tenant
+/// keeps making names; renames, writes and removals go on, and a removal makes room.
+#[test]
+fn a_tenant_at_its_entry_limit_gets_enospc_and_another_does_not() {
+    let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
+    let store = mount(&dev);
+    let (limited, root) = store.tenant("limited").unwrap();
+    let (_, other) = store.tenant("other").unwrap();
+    store.set_entry_limit(limited, Some(10)).unwrap();
+    let dir = store.create_dir(root, "d").unwrap();
+    for n in 0..8 {
+        let f = store
+            .open_file(dir, &format!("f{n}"), OpenOptions::create())
+            .unwrap();
+        f.write_at(b"x", 0).unwrap();
+        f.close().unwrap();
+    }
+    store.symlink(dir, "f0", "l").unwrap();
+    assert_eq!(store.tenant_entries(limited).unwrap(), 10);
+    let refused = |r: Result<(), Error>| match r {
+        Err(Error::NoSpace(why)) => assert!(why.contains("limit of 10 names"), "{why}"),
+        other => panic!("not refused: {other:?}"),
+    };
+    refused(store.open_file(dir, "f8", OpenOptions::create()).map(drop));
+    refused(store.create_dir(root, "e").map(drop));
+    refused(store.symlink(dir, "f1", "m").map(drop));
+    refused(store.link(dir, "f1", dir, "h"));
+    // What is there still works, and renames make no new entry.
+    store.rename(dir, "f1", dir, "g1").unwrap();
+    let f = store.open_file(dir, "g1", OpenOptions::create()).unwrap();
+    f.write_at(b"more", 1).unwrap();
+    f.sync_data().unwrap();
+    f.close().unwrap();
+    // The other tenant is not limited.
+    for n in 0..50 {
+        store
+            .open_file(other, &format!("o{n}"), OpenOptions::create())
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    // A removal makes room for one.
+    store.unlink(dir, "f2").unwrap();
+    store
+        .open_file(dir, "f8", OpenOptions::create())
+        .unwrap()
+        .close()
+        .unwrap();
+    refused(store.open_file(dir, "f9", OpenOptions::create()).map(drop));
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "{}", report.findings());
+    // The count is rebuilt on mount (the limit itself is the caller's to set again).
+    store.unmount().unwrap();
+    let store = mount(&dev);
+    let (limited, _) = store.tenant("limited").unwrap();
+    assert_eq!(store.tenant_entries(limited).unwrap(), 10);
+    assert!(store.fsck().unwrap().is_clean());
+}

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::extent_map::Extent;
-use super::state::{FileKind, Ino};
+use super::state::{FileKind, Ino, TenantId};
 use super::zone_map::{ZoneMap, ZoneUse};
 use super::{Inner, Store};
 use crate::{Error, Result};
@@ -132,6 +132,18 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
             }
             rebuilt.mark_valid(ext.zone, ext.block, ext.len);
         }
+    }
+    let mut entries_of: HashMap<TenantId, u64> = HashMap::new();
+    for inode in state.inodes.values() {
+        *entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
+    }
+    entries_of.retain(|_, n| *n > 0);
+    let mut counted = state.entries_of.clone();
+    counted.retain(|_, n| *n > 0);
+    if entries_of != counted {
+        problem(format!(
+            "the tenants' trees hold {entries_of:?} entries, the store counts {counted:?}"
+        ));
     }
     if extents != state.extents as u64 {
         problem(format!(

@@ -383,6 +383,8 @@ struct Inner {
     /// extents below which no file is worth looking at again.
     defrag_cursor: HashMap<Ino, defrag::Cursor>,
     defrag_quiet_below: usize,
+    /// Most directory entries a tenant's tree may hold (see [`Store::set_entry_limit`]).
+    entry_limits: HashMap<TenantId, u64>,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).
@@ -921,6 +923,26 @@ impl Store {
         self.lock()?.metadata(ino)
     }
 
+    /// Limits the directory entries (files, directories, symbolic and hard links) of
+    /// `tenant`'s tree to `limit`, or lifts the limit: past it, new names get ENOSPC as
+    /// past the store's own metadata line, and entries already there stay. The store's
+    /// room for names is one for all its tenants; this keeps one from taking all of it.
+    /// Kept in memory: a mount starts with no limits.
+    pub fn set_entry_limit(&self, tenant: TenantId, limit: Option<u64>) -> Result<()> {
+        let mut inner = self.lock()?;
+        match limit {
+            Some(limit) => inner.entry_limits.insert(tenant, limit),
+            None => inner.entry_limits.remove(&tenant),
+        };
+        Ok(())
+    }
+
+    /// The directory entries in `tenant`'s tree.
+    pub fn tenant_entries(&self, tenant: TenantId) -> Result<u64> {
+        let inner = self.lock()?;
+        Ok(inner.state.entries_of.get(&tenant).copied().unwrap_or(0))
+    }
+
     /// The bytes a tenant's files and links hold (their sizes, each inode once), files
     /// removed while still open included, since their data stays: what a quota counts.
     pub fn tenant_bytes(&self, tenant: TenantId) -> Result<u64> {
@@ -1356,9 +1378,19 @@ impl Inner {
         self.extents_at_checkpoint = extents;
     }
 
-    /// Counts a new name of `len` bytes (with a link's target) against the metadata's room,
-    /// or refuses it while the metadata is nearly full.
-    fn metadata_room(&mut self, len: usize) -> Result<()> {
+    /// Counts a new name of `len` bytes (with a link's target) in a directory of `tenant`
+    /// against the metadata's room, or refuses it while the metadata is nearly full or the
+    /// tenant's tree holds its limit of entries.
+    fn metadata_room(&mut self, tenant: TenantId, len: usize) -> Result<()> {
+        if let Some(&limit) = self.entry_limits.get(&tenant) {
+            let entries = self.state.entries_of.get(&tenant).copied().unwrap_or(0);
+            if entries >= limit {
+                return Err(Error::NoSpace(format!(
+                    "the tenant's limit of {limit} names (files, directories, links) is \
+                     reached: remove some before creating more"
+                )));
+            }
+        }
         let adds = NAME_BYTES + len as u64;
         let size = self.checkpoint_len + self.names_since_checkpoint;
         if size + adds > self.metadata_full_bytes() {

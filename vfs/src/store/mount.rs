@@ -153,6 +153,7 @@ pub(super) fn mount(
         extents_at_checkpoint: 0,
         defrag_cursor: HashMap::new(),
         defrag_quiet_below: 0,
+        entry_limits: HashMap::new(),
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))

@@ -263,8 +263,8 @@ impl State {
 impl Inner {
     /// Creates an empty file named `name` in `parent`.
     pub(super) fn create_file(&mut self, parent: Ino, name: &str, mut hint: Hint) -> Result<Ino> {
-        self.metadata_room(name.len())?;
         let tenant = self.state.inode(parent)?.tenant;
+        self.metadata_room(tenant, name.len())?;
         hint.class = effective_class(&hint, &self.conv);
         let ino = self.state.next_ino;
         let born = self.counters.tenant_host.get(&tenant).copied().unwrap_or(0);
@@ -299,7 +299,7 @@ impl Inner {
             return Err(Error::Exists);
         }
         let tenant = p.tenant;
-        self.metadata_room(name.len())?;
+        self.metadata_room(tenant, name.len())?;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {
             ino,
@@ -522,7 +522,7 @@ impl Inner {
         if self.state.inode(ino)?.kind == FileKind::Dir {
             return Err(Error::NotAllowed("hard links to directories"));
         }
-        self.metadata_room(name.len())?;
+        self.metadata_room(self.state.inode(parent)?.tenant, name.len())?;
         self.record(MetaOp::Link {
             dir: parent,
             name,
@@ -553,7 +553,7 @@ impl Inner {
             return Err(Error::NotFound);
         }
         let tenant = p.tenant;
-        self.metadata_room(name.len() + target.len())?;
+        self.metadata_room(tenant, name.len() + target.len())?;
         let ino = self.state.next_ino;
         self.record(MetaOp::CreateInode {
             ino,

@@ -208,6 +208,8 @@ pub struct State {
     /// Extents of all files together: what a checkpoint of a fragmented store is mostly
     /// made of (see [`super::defrag`]).
     pub extents: usize,
+    /// Directory entries (files, directories, links) in each tenant's tree.
+    pub entries_of: HashMap<TenantId, u64>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -228,6 +230,7 @@ impl State {
             units: Units::new(geometry.zone_count),
             symlinks: HashMap::new(),
             extents: 0,
+            entries_of: HashMap::new(),
         }
     }
 
@@ -292,6 +295,8 @@ impl State {
                     return corrupt(format!("link of {name:?} into inode {dir}"));
                 }
                 d.entries.insert(name.clone(), *ino);
+                let tenant = d.tenant;
+                *self.entries_of.entry(tenant).or_default() += 1;
                 self.names.insert(*ino, (*dir, name.clone()));
                 let target = self.inode_mut(*ino)?;
                 target.nlink += 1;
@@ -304,6 +309,10 @@ impl State {
                 let Some(ino) = d.entries.remove(name) else {
                     return corrupt(format!("unlink of missing {name:?} in inode {dir}"));
                 };
+                let tenant = d.tenant;
+                if let Some(n) = self.entries_of.get_mut(&tenant) {
+                    *n = n.saturating_sub(1);
+                }
                 if self.names.get(&ino) == Some(&(*dir, name.clone())) {
                     self.names.remove(&ino);
                 }
@@ -515,6 +524,7 @@ impl State {
         let blocks = geometry.blocks_per_zone();
         for (ino, inode) in snap.inodes {
             state.extents += inode.extents.len();
+            *state.entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
             for (_, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
                     return corrupt(format!("inode {ino} maps outside the device"));
