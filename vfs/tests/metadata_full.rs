@@ -145,8 +145,8 @@ fn a_refusal_on_the_estimate_is_lifted_by_the_next_checkpoint() {
 /// and the metadata stays within a checkpoint, across a remount too.
 #[test]
 fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
-    // 128 KiB zones: a checkpoint stays under 64 KiB, some 4,000 extents. The file has
-    // 8,192 blocks, so one extent per block would be twice that.
+    // 128 KiB zones: a checkpoint stays under 64 KiB, some 4,500 extents. The file has
+    // 8,192 blocks, so one extent per block would be about twice that.
     let geometry = Geometry {
         zone_count: 512,
         zone_size: 128 << 10,
@@ -191,8 +191,9 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
         assert!(back == shadow, "the file does not read back as written");
         let report = store.fsck().unwrap();
         assert!(report.is_clean(), "{}", report.findings());
-        // Well under one extent per block: what a checkpoint can hold.
-        assert!(report.extents < 4000, "{} extents", report.extents);
+        // Well under one extent per block (8,192), and within what a checkpoint of 64 KiB
+        // holds (about 14 bytes an extent: some 4,500). Runs end at 3,400-3,900.
+        assert!(report.extents < 4300, "{} extents", report.extents);
     };
     check(&store, &file);
     file.close().unwrap();

@@ -101,10 +101,12 @@ impl Inner {
         self.metadata_estimate() > self.defrag_start() / 2 * 3
     }
 
-    /// Whether free zones are short: then the space is GC's to make, and a copy would
-    /// only take it (or wait for it, on a sync).
-    fn space_short(&self) -> bool {
-        self.free_soon() < self.config.gc_low_zones as usize
+    /// Whether no zone outside GC's reserve is free or on its way: a copy would then have
+    /// to wait for GC, which a sync should not do for work it did not ask for. (Free zones
+    /// below the low watermark are not enough to skip: a store written over keeps them
+    /// near it, and its metadata would outgrow a checkpoint meanwhile.)
+    fn space_exhausted(&self) -> bool {
+        self.free_soon() <= self.config.gc_reserve_zones as usize
     }
 
     /// The zoned file with the most extents beyond the fewest its size needs, of those
@@ -226,9 +228,6 @@ impl Store {
                 ..
             } = &mut *inner;
             defrag_cursor.retain(|ino, _| state.inodes.contains_key(ino));
-            if inner.space_short() {
-                return Ok(false);
-            }
             let Some(ino) = inner.most_fragmented() else {
                 inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE;
                 return Ok(false);
@@ -263,7 +262,7 @@ impl Store {
     fn try_defrag_on_sync(&self, ino: Ino) -> Result<()> {
         let windows = {
             let mut inner = self.lock()?;
-            if inner.space_short() {
+            if inner.space_exhausted() {
                 return Ok(());
             }
             inner.windows_to_rewrite(ino, SYNC_WINDOWS)
