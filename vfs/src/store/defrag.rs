@@ -17,7 +17,8 @@
 //! - Past one and a half times that line, where new names are refused
 //!   ([`super::METADATA_FULL`]) (the reclaimer behind), a sync of a fragmented file also
 //!   rewrites a few of that file's windows itself, after its own data is durable: the file
-//!   that fragments the metadata pays, as an allocation on a full device runs GC.
+//!   that fragments the metadata pays, as an allocation on a full device runs GC. (Not when
+//!   no zone outside GC's reserve is left: the copy would wait for GC.)
 //!
 //! A window is [`MAX_EXTENT_BLOCKS`] blocks of a file, aligned, and is worth rewriting when
 //! that makes at least [`MIN_GAIN`] of its extents fewer. A window is copied like a GC move
