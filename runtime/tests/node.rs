@@ -242,6 +242,41 @@ fn a_pod_over_its_quota_gets_enospc_while_another_keeps_writing() {
     assert!(out_w.contains("ok 300"), "{out_w}");
 }
 
+/// A pod's limit of names (`valet.io/files`) is its tenant's: past it, creating a file is
+/// ENOSPC for that pod, while a pod of another tenant goes on making hundreds.
+#[test]
+fn a_pod_at_its_limit_of_names_gets_enospc_while_another_keeps_creating() {
+    let f = fixture();
+    let env = |files| [("POD_EXIT", "0"), ("POD_FILES", files)];
+    let (l, cl) = create_with(
+        f,
+        "lf",
+        &[("valet.io/tenant", "nlf"), ("valet.io/files", "10")],
+        &["wlf", "/data", "3", "430"],
+        &env("50"),
+        None,
+    );
+    let (m, cm) = create_with(
+        f,
+        "mf",
+        &[("valet.io/tenant", "nmf")],
+        &["wmf", "/data", "3", "430"],
+        &env("300"),
+        None,
+    );
+    assert_eq!((cl, cm), (FromAgent::Created, FromAgent::Created));
+    l.start();
+    m.start();
+    let (el, out_l, _) = l.wait();
+    let (em, out_m, _) = m.wait();
+    // Ten names: the mount's directory `data`, the log, and eight of the files.
+    assert_eq!(el, FromAgent::Exited { code: 4 }, "{out_l}");
+    assert!(out_l.contains("ok 3"), "{out_l}");
+    assert!(out_l.contains("files-enospc 8"), "{out_l}");
+    assert_eq!(em, FromAgent::Exited { code: 0 }, "{out_m}");
+    assert!(out_m.contains("files 300"), "{out_m}");
+}
+
 #[test]
 fn bad_requests_fail_at_create_with_one_line() {
     for (annotations, says) in [
@@ -250,6 +285,10 @@ fn bad_requests_fail_at_create_with_one_line() {
             "valet.io/quota=\"12X\": unknown unit",
         ),
         (vec![("valet.io/policy", "nosuch")], "no such policy"),
+        (
+            vec![("valet.io/files", "lots")],
+            "valet.io/files=\"lots\": not a count",
+        ),
         (vec![("valet.io/mounts", "data")], "not an absolute path"),
     ] {
         let (_pod, answer) = create("bad", &annotations, &["w", "/data", "1", "430"]);

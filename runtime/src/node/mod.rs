@@ -21,7 +21,9 @@
 //! and in wasmtime's disk cache. It runs the guest with:
 //!
 //! - the pod's `valet.io/mounts` (default `/data`) as store directories of its tenant,
-//!   under its policy, within its quota ([`quota`]: ENOSPC past it);
+//!   under its policy, within its quota ([`quota`]: ENOSPC past it) and its limit of
+//!   names (`valet.io/files`, kept by the store: ENOSPC past it too, so that one pod cannot
+//!   take the room for names every pod on the store shares);
 //! - the container's rootfs as an ordinary host directory at `/`;
 //! - the container's own stdin, stdout and stderr (the fifos containerd gave the shim), so
 //!   the guest writes straight to the container's log.
@@ -311,6 +313,10 @@ impl Agent {
         })?;
         let (tenant, root) = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
+        // As the space quota: one per tenant, the latest pod's holds.
+        if config.files.is_some() {
+            self.store.set_entry_limit(tenant, config.files)?;
+        }
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
             Some(limit) => Some(self.quota(&config.tenant, tenant, limit)),
             None => None,

@@ -7,6 +7,7 @@
 //! | `valet.io/tenant` | the store tenant the pod's files belong to: 1–63 of `A-Z a-z 0-9 . _ -`, not starting with `.` | the pod (`NAMESPACE.NAME` under Kubernetes), else the container id |
 //! | `valet.io/policy` | a placement policy loaded in the agent: a built-in (`default`, `rocks`, `cachelib`, ...) or a module uploaded through the agent's admin API | `default` |
 //! | `valet.io/quota` | most bytes the tenant's files may hold: a number with an optional `K`, `M`, `G`, `T` (powers of 1024; `Ki`, `KiB`, `KB` are read the same) | none |
+//! | `valet.io/files` | most names (files, directories, symbolic and hard links) the tenant's tree may hold, the directories of its mounts included: a number with an optional `K` or `M` (thousands, millions) | none |
 //! | `valet.io/mounts` | comma-separated absolute paths of the guest that live on the store; `/data` is the tenant's directory `data`, `/var/log` its `var/log` | `/data` |
 //!
 //! Any other `valet.io/` key is refused, so a misspelt annotation is not silently ignored.
@@ -21,6 +22,7 @@ pub const PREFIX: &str = "valet.io/";
 pub const TENANT: &str = "valet.io/tenant";
 pub const POLICY: &str = "valet.io/policy";
 pub const QUOTA: &str = "valet.io/quota";
+pub const FILES: &str = "valet.io/files";
 pub const MOUNTS: &str = "valet.io/mounts";
 
 /// A pod's settings, checked.
@@ -29,6 +31,9 @@ pub struct PodConfig {
     pub tenant: String,
     pub policy: String,
     pub quota: Option<u64>,
+    /// Most entries of the tenant's tree (see [`valet_vfs::Store::set_entry_limit`]).
+    #[serde(default)]
+    pub files: Option<u64>,
     /// Absolute, normalised guest paths (no `.`, `..` or empty components), in order.
     pub mounts: Vec<String>,
 }
@@ -39,8 +44,9 @@ impl PodConfig {
     /// annotation and says what is wrong, in one line.
     pub fn from_annotations(id: &str, annotations: &BTreeMap<String, String>) -> Result<Self> {
         for key in annotations.keys() {
-            if key.starts_with(PREFIX) && ![TENANT, POLICY, QUOTA, MOUNTS].contains(&key.as_str()) {
-                bail!("unknown annotation {key} (known: {TENANT}, {POLICY}, {QUOTA}, {MOUNTS})");
+            let known = [TENANT, POLICY, QUOTA, FILES, MOUNTS];
+            if key.starts_with(PREFIX) && !known.contains(&key.as_str()) {
+                bail!("unknown annotation {key} (known: {})", known.join(", "));
             }
         }
         let tenant = match annotations.get(TENANT) {
@@ -63,6 +69,12 @@ impl PodConfig {
             }
             None => None,
         };
+        let files = match annotations.get(FILES) {
+            Some(f) => {
+                Some(parse_count(f).map_err(|e| anyhow::anyhow!("annotation {FILES}={f:?}: {e}"))?)
+            }
+            None => None,
+        };
         let mounts = match annotations.get(MOUNTS) {
             Some(m) => {
                 parse_mounts(m).map_err(|e| anyhow::anyhow!("annotation {MOUNTS}={m:?}: {e}"))?
@@ -73,6 +85,7 @@ impl PodConfig {
             tenant,
             policy,
             quota,
+            files,
             mounts,
         })
     }
@@ -148,6 +161,29 @@ pub fn parse_size(text: &str) -> Result<u64> {
     Ok(bytes)
 }
 
+/// `100000`, `100K`, `2M`: a count, more than zero.
+pub fn parse_count(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    if digits == 0 {
+        bail!("not a count (a number, or one with K or M)");
+    }
+    let n: u64 = t[..digits].parse()?;
+    let times = match t[digits..].trim() {
+        "" => 1,
+        "K" | "k" => 1_000,
+        "M" => 1_000_000,
+        unit => bail!("unknown unit {unit:?} (K or M)"),
+    };
+    let count = n
+        .checked_mul(times)
+        .ok_or_else(|| anyhow::anyhow!("too large"))?;
+    if count == 0 {
+        bail!("must be more than zero");
+    }
+    Ok(count)
+}
+
 /// `/data,/var/log` → normalised absolute paths, none inside another.
 fn parse_mounts(text: &str) -> Result<Vec<String>> {
     let mut mounts: Vec<String> = Vec::new();
@@ -192,6 +228,7 @@ mod tests {
         assert_eq!(c.tenant, "ctr-1");
         assert_eq!(c.policy, "default");
         assert_eq!(c.quota, None);
+        assert_eq!(c.files, None);
         assert_eq!(c.mounts, vec!["/data"]);
         let cri = annotations(&[
             ("io.kubernetes.cri.sandbox-namespace", "prod"),
@@ -207,6 +244,7 @@ mod tests {
             (TENANT, "db"),
             (POLICY, "rocks"),
             (QUOTA, "64MiB"),
+            (FILES, "20K"),
             (MOUNTS, "/data, /var//log/"),
             ("other.io/x", "ignored"),
         ]);
@@ -214,6 +252,7 @@ mod tests {
         assert_eq!(c.tenant, "db");
         assert_eq!(c.policy, "rocks");
         assert_eq!(c.quota, Some(64 << 20));
+        assert_eq!(c.files, Some(20_000));
         assert_eq!(c.mounts, vec!["/data", "/var/log"]);
     }
 
@@ -228,6 +267,10 @@ mod tests {
             (QUOTA, "0", "more than zero"),
             (QUOTA, "lots", "not a size"),
             (QUOTA, "99999999999T", "too large"),
+            (FILES, "10Ki", "unknown unit"),
+            (FILES, "0", "more than zero"),
+            (FILES, "many", "not a count"),
+            (FILES, "99999999999999M", "too large"),
             (MOUNTS, "data", "not an absolute path"),
             (MOUNTS, "/", "root"),
             (MOUNTS, "/a/../b", "\"..\""),
@@ -248,5 +291,8 @@ mod tests {
         assert_eq!(parse_size("1K").unwrap(), 1024);
         assert_eq!(parse_size("3 GiB").unwrap(), 3 << 30);
         assert_eq!(parse_size("2T").unwrap(), 2 << 40);
+        assert_eq!(parse_count("7").unwrap(), 7);
+        assert_eq!(parse_count("5k").unwrap(), 5_000);
+        assert_eq!(parse_count("2 M").unwrap(), 2_000_000);
     }
 }

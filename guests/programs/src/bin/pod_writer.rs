@@ -22,7 +22,9 @@
 //! while it waits in the host). With `$POD_ALLOC_MIB`, it first allocates and fills that
 //! many MiB and says `allocated N MiB` (a pod's memory limit). With `$POD_REWRITE`, after
 //! `ok` it writes the whole log again in place that many times, syncing each, and says
-//! `rewrote N` (a quota must not charge bytes that do not grow a file).
+//! `rewrote N` (a quota must not charge bytes that do not grow a file). With `$POD_FILES`,
+//! it then creates that many empty files `DIR/NAME.N` and says `files N`, or `files-enospc I`
+//! (exit 4) when creating file I fails with ENOSPC (a limit of names).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, Write};
@@ -129,6 +131,23 @@ fn main() {
                 .unwrap_or_else(|e| fail(1, format!("rewrite {path}: {e}")));
         }
         say(format!("rewrote {times}"));
+    }
+    if let Some(count) = std::env::var("POD_FILES")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        for i in 0..count {
+            let file = format!("{}/{name}.{i}", args[2]);
+            match std::fs::File::create(&file) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                    say(format!("files-enospc {i}"));
+                    std::process::exit(4)
+                }
+                Err(e) => fail(1, format!("create {file}: {e}")),
+            }
+        }
+        say(format!("files {count}"));
     }
     if let Some(secs) = std::env::var("POD_SLEEP_SECS")
         .ok()
