@@ -104,6 +104,7 @@ fn runtime_class_daemonset_and_pod_fit_together() {
     let config = PodConfig::from_annotations("leveldb", &annotations).unwrap();
     assert_eq!(config.tenant, "leveldb");
     assert_eq!(config.quota, Some(20 << 30));
+    assert_eq!(config.files, Some(100_000));
 }
 
 #[test]
