@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::zone_map::ZoneMap;
-use super::Store;
+use super::{Inner, Store};
 use crate::device::ZoneId;
 use crate::Result;
 
@@ -120,6 +120,16 @@ pub struct Mismatch {
     pub zone: ZoneId,
     pub unit: Unit,
     pub found: u32,
+}
+
+impl Inner {
+    /// A copy (GC's, defragmentation's) found data that does not match its checksum: its
+    /// zone is left as it is, never collected or copied from again, and counted.
+    pub(super) fn note_damage(&mut self, mismatch: &Mismatch) {
+        self.damaged.insert(mismatch.zone);
+        self.counters.checksum_failures += 1;
+        self.counters.last_checksum_failure = Some(mismatch.to_string());
+    }
 }
 
 impl std::fmt::Display for Mismatch {

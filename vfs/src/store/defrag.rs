@@ -316,10 +316,7 @@ impl Store {
             Some(Err(e)) => return Err(e),
             // Left where it is, as GC leaves it: the zone is damaged, and fsck says so.
             Some(Ok(mismatch)) => {
-                let mut inner = self.lock()?;
-                inner.damaged.insert(mismatch.zone);
-                inner.counters.checksum_failures += 1;
-                inner.counters.last_checksum_failure = Some(mismatch.to_string());
+                self.lock()?.note_damage(&mismatch);
                 return Ok(false);
             }
         }

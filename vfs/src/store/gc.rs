@@ -226,10 +226,7 @@ impl Store {
             let data = match read? {
                 Ok((data, _)) => data,
                 Err(mismatch) => {
-                    let mut inner = self.lock()?;
-                    inner.damaged.insert(victim);
-                    inner.counters.checksum_failures += 1;
-                    inner.counters.last_checksum_failure = Some(mismatch.to_string());
+                    self.lock()?.note_damage(&mismatch);
                     return Ok(false);
                 }
             };
