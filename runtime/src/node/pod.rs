@@ -136,15 +136,20 @@ fn default_tenant(id: &str, annotations: &BTreeMap<String, String>) -> String {
     name
 }
 
-/// `10G`, `512MiB`, `1000000`: bytes, more than zero.
-pub fn parse_size(text: &str) -> Result<u64> {
+/// The number `text` starts with, and the unit after it; `what` names what it should be.
+fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(u64, &'a str)> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     if digits == 0 {
-        bail!("not a size (bytes, or a number with K, M, G or T)");
+        bail!("not {what}");
     }
-    let n: u64 = t[..digits].parse()?;
-    let shift = match t[digits..].trim() {
+    Ok((t[..digits].parse()?, t[digits..].trim()))
+}
+
+/// `10G`, `512MiB`, `1000000`: bytes, more than zero.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let (n, unit) = number_and_unit(text, "a size (bytes, or a number with K, M, G or T)")?;
+    let shift = match unit {
         "" | "B" => 0,
         "K" | "Ki" | "KB" | "KiB" => 10,
         "M" | "Mi" | "MB" | "MiB" => 20,
@@ -163,13 +168,8 @@ pub fn parse_size(text: &str) -> Result<u64> {
 
 /// `100000`, `100K`, `2M`: a count, more than zero.
 pub fn parse_count(text: &str) -> Result<u64> {
-    let t = text.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    if digits == 0 {
-        bail!("not a count (a number, or one with K or M)");
-    }
-    let n: u64 = t[..digits].parse()?;
-    let times = match t[digits..].trim() {
+    let (n, unit) = number_and_unit(text, "a count (a number, or one with K or M)")?;
+    let times = match unit {
         "" => 1,
         "K" | "k" => 1_000,
         "M" => 1_000_000,

@@ -9,6 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::extent_map::Extent;
 use super::gc::Pick;
 use super::state::MetaOp;
 use super::zone_map::{StreamKey, ZoneUse};
@@ -24,6 +25,17 @@ pub(super) struct Reserved {
     pub zone: ZoneId,
     pub block: u32,
     pub blocks: u32,
+}
+
+impl Reserved {
+    /// The extent these blocks make once written.
+    pub fn extent(&self) -> Extent {
+        Extent {
+            zone: self.zone,
+            block: self.block,
+            len: self.blocks,
+        }
+    }
 }
 
 /// How long an allocation waits for work in flight (writes, resets, a GC pass, pinned

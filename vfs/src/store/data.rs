@@ -29,7 +29,6 @@ use std::time::Instant;
 use super::alloc::Reserved;
 use super::buffer::{Backing, Detached, Window};
 use super::events::Event;
-use super::extent_map::Extent;
 use super::state::{Ino, MetaOp, TenantId};
 use super::zone_map::StreamKey;
 use super::{now_ns, Inner, Store};
@@ -592,11 +591,7 @@ impl Store {
         inner.record(MetaOp::MapExtent {
             ino,
             file_block,
-            extent: Extent {
-                zone: r.zone,
-                block: r.block,
-                len: r.blocks,
-            },
+            extent: r.extent(),
             crc,
         })?;
         if last && inner.state.inline.has_up_to(ino, gen) {
@@ -634,6 +629,13 @@ impl Store {
     /// zone: nothing more is written there.
     pub(super) fn write_blocks(&self, r: Reserved, data: &[u8]) -> Result<u32> {
         self.write_blocks_pinned(r, data)
+    }
+
+    /// [`Store::write_blocks`] for a copy (GC's, defragmentation's): a copy that fails is
+    /// never recorded, so its zone is unpinned here.
+    pub(super) fn write_copy(&self, r: Reserved, data: &[u8]) -> Result<u32> {
+        self.write_blocks(r, data)
+            .inspect_err(|_| self.unpin(r.zone))
     }
 
     /// Drops a pin taken by allocation or by a read plan.

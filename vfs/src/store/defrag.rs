@@ -335,13 +335,7 @@ impl Store {
                 let want = (bytes.len() as u64 / bs - done) as u32;
                 let r = self.allocate(key, &hint, want, false)?;
                 let copy = &bytes[(done * bs) as usize..((done + r.blocks as u64) * bs) as usize];
-                let crc = match self.write_blocks(r, copy) {
-                    Ok(crc) => crc,
-                    Err(e) => {
-                        self.unpin(r.zone);
-                        return Err(e);
-                    }
-                };
+                let crc = self.write_copy(r, copy)?;
                 let mut inner = self.lock()?;
                 let c = inner.counters.streams.entry(key).or_default();
                 c.device += copy.len() as u64;
@@ -357,11 +351,7 @@ impl Store {
                     inner.record(MetaOp::MapExtent {
                         ino,
                         file_block: lo,
-                        extent: Extent {
-                            zone: r.zone,
-                            block: r.block,
-                            len: r.blocks,
-                        },
+                        extent: r.extent(),
                         crc,
                     })?;
                 }

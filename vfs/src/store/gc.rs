@@ -235,13 +235,7 @@ impl Store {
                 let r = self.allocate(StreamKey::gc(key.tenant), hint, ext.len - done, true)?;
                 let range = (done as u64 * bs) as usize..((done + r.blocks) as u64 * bs) as usize;
                 let bytes = &data[range];
-                let crc = match self.write_blocks(r, bytes) {
-                    Ok(crc) => crc,
-                    Err(e) => {
-                        self.unpin(r.zone);
-                        return Err(e);
-                    }
-                };
+                let crc = self.write_copy(r, bytes)?;
                 let mut inner = self.lock()?;
                 let c = inner.counters.streams.entry(key).or_default();
                 c.gc += bytes.len() as u64;
@@ -257,11 +251,7 @@ impl Store {
                     inner.record(MetaOp::MapExtent {
                         ino,
                         file_block: file_block + done as u64,
-                        extent: Extent {
-                            zone: r.zone,
-                            block: r.block,
-                            len: r.blocks,
-                        },
+                        extent: r.extent(),
                         crc,
                     })?;
                 }
