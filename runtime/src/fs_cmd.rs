@@ -107,7 +107,9 @@ pub enum FsCommand {
         #[arg(long)]
         deep: bool,
     },
-    /// List the tenants of the store.
+    /// List the tenants of the store: id, name, the names in its tree (files, directories,
+    /// links: what `valet.io/files` bounds) and the bytes its files hold (what
+    /// `valet.io/quota` bounds).
     Tenants {
         #[command(flatten)]
         store: StoreArgs,
@@ -365,7 +367,8 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
         FsCommand::Tenants { store } => {
             let store = store.mount()?;
             for (id, name, _) in store.tenants() {
-                writeln!(out, "{id:>4}  {name}")?;
+                let (names, bytes) = (store.tenant_entries(id)?, store.tenant_bytes(id)?);
+                writeln!(out, "{id:>4}  {name}  {names} names  {bytes} bytes")?;
             }
         }
     }

@@ -323,7 +323,10 @@ fn import_into_another_tenant_stays_there() {
     assert_eq!(stdout(&out), "");
     assert_error(&fs(&dev, &["cat", "../mine.txt"]), "cat ../mine.txt");
     let out = fs(&dev, &["tenants"]);
-    assert_eq!(stdout(&out), "   0  default\n   1  b\n");
+    assert_eq!(
+        stdout(&out),
+        "   0  default  0 names  0 bytes\n   1  b  1 names  11 bytes\n"
+    );
 }
 
 #[test]
