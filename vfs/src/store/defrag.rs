@@ -52,10 +52,12 @@ const MIN_GAIN: usize = MAX_EXTENT_BLOCKS as usize / 16;
 const PASS_WINDOWS: usize = 8;
 const SYNC_WINDOWS: usize = 2;
 
-/// A file where rewriting found nothing worth it is looked at again once it has this many
-/// extents more; the store's files all, once the store has [`RESCAN_STORE`] more.
-const RESCAN_FILE: usize = 8 * MIN_GAIN;
-const RESCAN_STORE: usize = 1024;
+/// Where a file (or the store) that had `extents` and nothing worth rewriting is looked at
+/// again: once it has an eighth more (and at least [`MIN_GAIN`] more), so that the scans
+/// cost a few steps per extent made, however large the file.
+fn rescan_at(extents: usize) -> usize {
+    extents + (extents / 8).max(MIN_GAIN)
+}
 
 /// Where defragmentation stands on one file.
 #[derive(Clone, Copy, Debug, Default)]
@@ -183,7 +185,7 @@ impl Inner {
             },
             None => Cursor {
                 next_window: 0,
-                quiet_below: inode.extents.len() + RESCAN_FILE,
+                quiet_below: rescan_at(inode.extents.len()),
             },
         };
         self.defrag_cursor.insert(ino, cursor);
@@ -230,7 +232,7 @@ impl Store {
             } = &mut *inner;
             defrag_cursor.retain(|ino, _| state.inodes.contains_key(ino));
             let Some(ino) = inner.most_fragmented() else {
-                inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE;
+                inner.defrag_quiet_below = rescan_at(inner.state.extents);
                 return Ok(false);
             };
             (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
@@ -243,7 +245,7 @@ impl Store {
         match rewritten {
             true => inner.counters.defrag_passes += 1,
             // Scanning every file again at each commit would hold the lock for nothing.
-            false => inner.defrag_quiet_below = inner.state.extents + RESCAN_STORE,
+            false => inner.defrag_quiet_below = rescan_at(inner.state.extents),
         }
         Ok(rewritten)
     }
