@@ -106,6 +106,10 @@ pub struct Stats {
     /// durable), described. The reclaimer's failures are met again by the next write.
     #[serde(default)]
     pub last_defrag_failure: Option<String>,
+    /// Allocations that waited 10 s for work in flight to give them room before looking
+    /// elsewhere: each is a stall a guest felt, and a bug to look for.
+    #[serde(default)]
+    pub allocation_stalls: u64,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

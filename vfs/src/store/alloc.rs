@@ -69,10 +69,16 @@ impl Store {
     ) -> Result<Reserved> {
         // Waits for work in flight (bounded, see PATIENCE).
         let started = std::time::Instant::now();
+        let mut out_of_patience = false;
         loop {
             let need = {
                 let mut inner = self.lock()?;
                 let patient = started.elapsed() < PATIENCE;
+                if !patient && !out_of_patience {
+                    // A wait for nothing: worth a look (the stats count it).
+                    out_of_patience = true;
+                    inner.counters.allocation_stalls += 1;
+                }
                 match inner.try_allocate(key, hint, want, for_gc, patient)? {
                     Ok(r) => {
                         self.shared.pins[r.zone as usize].fetch_add(1, Ordering::AcqRel);
@@ -233,7 +239,11 @@ impl Inner {
     }
 
     /// What it takes to get the zones waiting for a reset back: a commit if one can be
-    /// reset now, else the end of the reads and writes that still use them.
+    /// reset now, else the end of the reads and writes that still use them. A zone no one
+    /// uses any more whose data came back to life also takes a commit: one written to while
+    /// it emptied (the write in flight, recorded after its zone's last block died) waits
+    /// here with live blocks, and only a commit's [`Store::reset_zones`] seals it again
+    /// (for GC). Waiting for it instead waited for nothing, for the whole PATIENCE.
     fn reset_need(&self) -> Option<Need> {
         if self.to_reset.is_empty() {
             // A commit is resetting zones now: they come back when it is done.
@@ -241,9 +251,7 @@ impl Inner {
         }
         let ready = self.to_reset.iter().any(|&zone| {
             let z = zone as usize;
-            self.state.zones.valid_blocks(zone) == 0
-                && self.pins[z].load(Ordering::Acquire) == 0
-                && self.written[z] == self.wp[z]
+            self.pins[z].load(Ordering::Acquire) == 0 && self.written[z] == self.wp[z]
         });
         Some(if ready { Need::Commit } else { Need::InFlight })
     }

@@ -309,6 +309,8 @@ struct Counters {
     defrag_passes: u64,
     defrag_sync_passes: u64,
     last_defrag_failure: Option<String>,
+    /// Allocations that waited their whole PATIENCE for work in flight.
+    allocation_stalls: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1587,6 +1589,7 @@ impl Inner {
             defrag_passes: self.counters.defrag_passes,
             defrag_sync_passes: self.counters.defrag_sync_passes,
             last_defrag_failure: self.counters.last_defrag_failure.clone(),
+            allocation_stalls: self.counters.allocation_stalls,
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,
