@@ -4,7 +4,7 @@
 //! Small random overwrites with a sync after each (a B-tree's pages, SQLite's database
 //! file) leave a file with one extent per block, each with its own checksum unit, and a
 //! checkpoint holds every one of them ([`EXTENT_BYTES`] each). A checkpoint must fit half a
-//! metadata zone: before, a large enough randomly written file (about 9 GiB of one on the
+//! metadata zone: before, a large enough randomly written file (about 13 GiB of one on the
 //! default device, 150 MiB on zones of 256 KiB) stopped the store for every tenant. Names
 //! are refused past [`super::METADATA_FULL`]; extents cannot be, as refusing a write to a
 //! file that exists would fail an application on a device with room. They are made fewer
@@ -251,8 +251,9 @@ impl Store {
     }
 
     /// After a sync of `ino` past the line ([`Inner::defrag_needed`]), rewrites a few of
-    /// its windows (see the module docs). A failure here is not the sync's (its data is durable by then): a full device
-    /// only leaves the windows as they are, and a failing one fails the next write.
+    /// its windows (see the module docs). A failure here is not the sync's (its data is
+    /// durable by then): a full device only leaves the windows as they are, and a failing
+    /// one fails the next write.
     pub(super) fn defrag_on_sync(&self, ino: Ino) {
         if let Err(e) = self.try_defrag_on_sync(ino) {
             if let Ok(mut inner) = self.lock() {
