@@ -174,9 +174,9 @@ pub struct Journal {
 /// What a transaction's operations add to a checkpoint, at most, per byte of their
 /// encoding: a new inode takes about twice the bytes of its `CreateInode` operation in a
 /// snapshot, an extent with its checksum unit about its `MapExtent`, inline bytes and link
-/// targets themselves. Counted on the encoding, not on the record padded
-/// to a block: a sync's record of a few dozen bytes takes a whole block, and counting the
-/// block made a store near its metadata line checkpoint after a few dozen syncs.
+/// targets themselves. Counted on the encoding, not on the record padded to a block: a
+/// sync's record of a few dozen bytes takes a whole block, and counting the block made a
+/// store near its metadata line checkpoint after a few dozen syncs.
 const GROWTH_PER_BYTE: u64 = 4;
 
 /// At most what `record`, laid out by [`encode`], adds to the next checkpoint.
