@@ -6,9 +6,10 @@
 //! paths and directory operations; [`alloc`] the ZNS resolver and zone lifecycle; [`gc`]
 //! one collection pass; [`reclaim`] the thread that runs passes in the background against
 //! free-zone watermarks; [`defrag`] rewriting fragmented files' windows whole when their
-//! extents near what a checkpoint can hold; [`checksum`] the crc of every written unit, which GC and the deep
-//! fsck verify; [`mount`] recovery; [`fsck`] the invariant checker; [`inline`] small synced
-//! tails that travel in journal records until their window reaches a data zone.
+//! extents near what a checkpoint can hold; [`checksum`] the crc of every written unit,
+//! which GC, defragmentation and the deep fsck verify; [`mount`] recovery; [`fsck`] the
+//! invariant checker; [`inline`] small synced tails that travel in journal records until
+//! their window reaches a data zone.
 //!
 //! # Concurrency: who owns what
 //!
@@ -713,16 +714,17 @@ impl Store {
                 }
             };
             let mut syncs = 0;
-            // The names made before the snapshot, which the checkpoint now measures.
+            // The names made, and the extents there were, when the snapshot was taken: what
+            // the checkpoint now measures.
             let mut measured = None;
-            if let Some((snapshot, inline, measured_now)) = snapshot {
+            if let Some((snapshot, inline, at_snapshot)) = snapshot {
                 // The data the checkpoint refers to must be durable before it is.
                 self.shared.device.sync()?;
                 journal.checkpoint(&snapshot, &inline, CheckpointRoom::Running)?;
                 self.shared.device.sync()?;
                 journal.retire_previous()?;
                 syncs += 2;
-                measured = Some(measured_now);
+                measured = Some(at_snapshot);
             } else if let Some(record) = record {
                 journal.append_record(&record)?;
                 self.shared.device.sync()?;
