@@ -276,6 +276,7 @@ fn nearly_full_device_keeps_collecting_without_enospc() {
     }
     let stats = store.stats();
     assert!(stats.gc_bytes_moved > 0, "{stats:?}");
+    assert_eq!(stats.allocation_stalls, 0, "{stats:?}");
     assert!(store.fsck().unwrap().is_clean());
 }
 

@@ -128,6 +128,8 @@ fn nearly_full(files: u8, file_blocks: usize, extra: usize) {
         "GC never had to move data: {stats:?}"
     );
     assert!(stats.zone_resets > 0, "{stats:?}");
+    // No allocation waited for work that was not coming.
+    assert_eq!(stats.allocation_stalls, 0, "{stats:?}");
     read_back(&store, root, &models, "after the churn");
     let report = store.fsck_deep().unwrap();
     assert!(report.is_clean(), "{report:?}");
@@ -246,6 +248,7 @@ fn four_tenants_on_eight_zones_neither_fail_nor_hang() {
     }
     let stats = store.stats();
     assert!(stats.gc_bytes_moved > 0, "{stats:?}");
+    assert_eq!(stats.allocation_stalls, 0, "{stats:?}");
     let report = store.fsck_deep().unwrap();
     assert!(report.is_clean(), "{report:?}");
     store.unmount().unwrap();

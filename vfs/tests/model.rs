@@ -1096,6 +1096,7 @@ fn add_stats(total: &mut Stats, s: &Stats) {
     total.device_syncs += s.device_syncs;
     total.gc_bytes_moved += s.gc_bytes_moved;
     total.defrag_bytes_moved += s.defrag_bytes_moved;
+    total.allocation_stalls += s.allocation_stalls;
     total.meta_bytes += s.meta_bytes;
     total.host_bytes += s.host_bytes;
     total.device_bytes += s.device_bytes;
@@ -1882,6 +1883,10 @@ fn every_mechanism_is_exercised() {
     }
     assert!(s.gc_bytes_moved > 0, "no GC moves: {s:?}");
     assert!(s.defrag_bytes_moved > 0, "no windows rewritten: {s:?}");
+    assert_eq!(
+        s.allocation_stalls, 0,
+        "an allocation waited for nothing: {s:?}"
+    );
     assert!(s.zone_resets > 0, "no zone resets: {s:?}");
     assert!(s.zone_finishes > 0, "no zone finishes: {s:?}");
     assert!(s.device_syncs > 0, "no device syncs: {s:?}");
