@@ -79,7 +79,16 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
                 let mut buf = vec![0u8; 1 + rng.below(32 << 10) as usize];
                 let n = file.read_at(&mut buf, at as u64).unwrap();
                 let want = &copy[at.min(copy.len())..(at + buf.len()).min(copy.len())];
-                assert_eq!(&buf[..n], want, "thread {t}, op {op}: read at {at}");
+                if &buf[..n] != want {
+                    let first = buf.iter().zip(want).position(|(a, b)| a != b);
+                    let differ = buf.iter().zip(want).filter(|(a, b)| a != b).count();
+                    panic!(
+                        "thread {t}, op {op}: read of {} at {at} got {n} bytes, {} expected; \
+                         first difference at +{first:?}, {differ} bytes differ",
+                        buf.len(),
+                        want.len()
+                    );
+                }
             }
         }
     }

@@ -544,6 +544,7 @@ impl Inner {
         self.written[z] = 0;
         self.fault[z] = false;
         self.seal_pending[z] = false;
+        self.zone_resets[z] += 1;
         self.counters.resets += 1;
         if self.state.zones.owner[z].is_some() {
             self.record(MetaOp::ReleaseZone { zone })?;

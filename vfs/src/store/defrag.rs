@@ -285,7 +285,7 @@ impl Store {
     /// any was copied.
     fn rewrite_window(&self, ino: Ino, window: u64) -> Result<bool> {
         let bs = self.shared.device.geometry().block_size as u64;
-        let (runs, reads) = {
+        let (runs, reads, resets) = {
             let inner = self.lock()?;
             let Some(runs) = inner.window_runs(ino, window) else {
                 return Ok(false);
@@ -299,7 +299,7 @@ impl Store {
                     inner.state.units.covering(ext.zone, ext.block, ext.len)
                 })
                 .collect();
-            (runs, reads)
+            (runs, reads, inner.zone_resets.clone())
         };
         let pieces: Vec<Extent> = runs.iter().flatten().map(|&(_, ext)| ext).collect();
         let mut data = Vec::with_capacity(pieces.len());
@@ -343,12 +343,17 @@ impl Store {
                 let c = inner.counters.streams.entry(key).or_default();
                 c.device += copy.len() as u64;
                 inner.counters.defrag_bytes += copy.len() as u64;
-                // Mapped only over blocks the file still maps where they were read from.
+                // Mapped only over blocks the file still maps where they were read from, in
+                // zones not reset since (the pins were let go after the reads: a zone reset
+                // and written again could map the same blocks with other data).
                 let (lo, hi) = (first + done, first + done + r.blocks as u64);
                 let current = run.iter().all(|&(fb, ext)| {
                     let (from, to) = (fb.max(lo), (fb + ext.len as u64).min(hi));
                     let skip = (from - fb) as u32;
-                    from >= to || maps(&inner, ino, from, ext.slice(skip, (to - from) as u32))
+                    let z = ext.zone as usize;
+                    from >= to
+                        || (inner.zone_resets[z] == resets[z]
+                            && maps(&inner, ino, from, ext.slice(skip, (to - from) as u32)))
                 });
                 if current {
                     inner.record(MetaOp::MapExtent {

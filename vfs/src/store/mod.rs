@@ -388,6 +388,10 @@ struct Inner {
     defrag_quiet_below: usize,
     /// Most directory entries a tenant's tree may hold (see [`Store::set_entry_limit`]).
     entry_limits: HashMap<TenantId, u64>,
+    /// Per zone: how many times it was reset. A copy that let go of a zone's pin before it
+    /// maps (defragmentation) checks that the blocks it read were not reset and written
+    /// again at the same place meanwhile, which the extents alone cannot tell.
+    zone_resets: Vec<u64>,
     /// The newest window generation handed out (see [`inline`]).
     window_gen: u64,
     /// Per zone: readers and writers using it (taken under the lock, dropped without it).

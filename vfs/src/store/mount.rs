@@ -154,6 +154,7 @@ pub(super) fn mount(
         defrag_cursor: HashMap::new(),
         defrag_quiet_below: 0,
         entry_limits: HashMap::new(),
+        zone_resets: vec![0; zones],
         window_gen: 0,
         pins: (0..zones)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
