@@ -29,19 +29,21 @@
 //! is dead. The bytes written count as device bytes of the stream (in its WAF) and in
 //! `defrag_bytes_moved`.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::extent_map::{Extent, MAX_EXTENT_BLOCKS};
 use super::gc::maps;
 use super::state::{FileKind, Ino, MetaOp};
 use super::{Inner, Store};
+use crate::device::ZoneId;
 use crate::hint::Class;
 use crate::{Error, Result};
 
 /// What one extent (with its checksum unit) adds to a checkpoint, about: postcard's
 /// variable-length integers for the file block, zone, block and length, and the unit's
 /// block, length and crc.
-pub(super) const EXTENT_BYTES: u64 = 16;
+const EXTENT_BYTES: u64 = 16;
 
 /// A window must lose this many extents to be worth its copy (at most 16 blocks copied
 /// for each extent fewer).
@@ -77,12 +79,9 @@ impl Inner {
     /// made since (as [`Inner::metadata_room`] counts them) and [`EXTENT_BYTES`] for each
     /// extent more (or fewer) than it held.
     pub(super) fn metadata_estimate(&self) -> u64 {
-        let now = self.state.extents as i128;
-        let then = self.extents_at_checkpoint as i128;
-        let size = self.checkpoint_len as i128
-            + self.names_since_checkpoint as i128
-            + (now - then) * EXTENT_BYTES as i128;
-        size.max(0) as u64
+        let now = self.state.extents as u64 * EXTENT_BYTES;
+        let then = self.extents_at_checkpoint as u64 * EXTENT_BYTES;
+        (self.checkpoint_len + self.names_since_checkpoint + now).saturating_sub(then)
     }
 
     /// Where the reclaimer starts rewriting windows (see the module docs).
@@ -299,7 +298,14 @@ impl Store {
                     inner.state.units.covering(ext.zone, ext.block, ext.len)
                 })
                 .collect();
-            (runs, reads, inner.zone_resets.clone())
+            // The resets of the zones read so far, to tell them apart from the same zones
+            // reset and written again by the time the copy is mapped.
+            let resets: HashMap<ZoneId, u64> = runs
+                .iter()
+                .flatten()
+                .map(|&(_, ext)| (ext.zone, inner.zone_resets[ext.zone as usize]))
+                .collect();
+            (runs, reads, resets)
         };
         let pieces: Vec<Extent> = runs.iter().flatten().map(|&(_, ext)| ext).collect();
         let mut data = Vec::with_capacity(pieces.len());
@@ -350,9 +356,8 @@ impl Store {
                 let current = run.iter().all(|&(fb, ext)| {
                     let (from, to) = (fb.max(lo), (fb + ext.len as u64).min(hi));
                     let skip = (from - fb) as u32;
-                    let z = ext.zone as usize;
                     from >= to
-                        || (inner.zone_resets[z] == resets[z]
+                        || (inner.zone_resets[ext.zone as usize] == resets[&ext.zone]
                             && maps(&inner, ino, from, ext.slice(skip, (to - from) as u32)))
                 });
                 if current {

@@ -121,10 +121,10 @@ use zone_map::{StreamKey, ZoneUse};
 /// checkpoint must stay under half a zone (see [`journal::CheckpointRoom`]), and one that
 /// does not fit stops the store for every tenant. The size is the newest checkpoint's plus
 /// [`NAME_BYTES`] and the name's length for each name made since (more than a name adds),
-/// so a burst of names with no commit in between stops in time too. Other growth (extents)
-/// is bounded by taking a checkpoint before the journal since the last one could have
-/// carried the metadata past this share, and every 1/32 of a zone of journal beyond it
-/// ([`Journal::checkpoint_due`]).
+/// so a burst of names with no commit in between stops in time too. Extents are not
+/// refused but made fewer ([`defrag`]); a checkpoint is taken once the transactions since
+/// the last one could have carried the metadata past this share, and every 1/32 of a zone
+/// of such growth beyond it ([`Journal::checkpoint_due`]).
 const METADATA_FULL: (u64, u64) = (3, 8);
 
 /// What one new name may add to a checkpoint besides its own bytes: an empty inode and its
