@@ -96,12 +96,15 @@ pub struct Stats {
     /// `device_bytes` too), when the metadata neared what a checkpoint can hold.
     #[serde(default)]
     pub defrag_bytes_moved: u64,
-    /// Defragmentation passes of the reclaimer, and ones run by a sync of a fragmented
-    /// file because the reclaimer was behind.
+    /// Defragmentation passes of the reclaimer, ones run by a sync of a fragmented file
+    /// because the reclaimer was behind, and ones run by a flush because the metadata
+    /// neared what a checkpoint can hold.
     #[serde(default)]
     pub defrag_passes: u64,
     #[serde(default)]
     pub defrag_sync_passes: u64,
+    #[serde(default)]
+    pub defrag_flush_passes: u64,
     /// The last failure of a defragmentation a sync ran (not the sync's: its data was
     /// durable), described. The reclaimer's failures are met again by the next write.
     #[serde(default)]

@@ -204,6 +204,68 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
     check(&store, &file);
 }
 
+/// The same file on a device it fills to 85 %, with a sync only every 1,000 writes: the
+/// syncs' rewrites come too rarely, and GC keeps the reclaimer busy. Before, the store
+/// stopped after some 4,000 overwrites (as it did with a sync after each on a device it
+/// filled to 64 %); now flushes past the hard line rewrite windows themselves first.
+#[test]
+fn a_fragmenting_file_on_a_nearly_full_device_with_few_syncs_does_not_stop_the_store() {
+    let geometry = Geometry {
+        zone_count: 300,
+        zone_size: 128 << 10,
+        zone_capacity: 128 << 10,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    };
+    let dev = Arc::new(MemoryDevice::new(geometry).unwrap());
+    let store = mount(&dev);
+    let (_, root) = store.tenant("pages").unwrap();
+    const BLOCKS: u64 = 8192;
+    let mut shadow = vec![0u8; (BLOCKS * 4096) as usize];
+    let file = store.open_file(root, "db", OpenOptions::create()).unwrap();
+    for (i, chunk) in shadow.chunks_mut(1 << 20).enumerate() {
+        chunk.fill(i as u8);
+        file.write_at(chunk, i as u64 * (1 << 20)).unwrap();
+    }
+    file.sync_data().unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+    for n in 0..2 * BLOCKS {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x % BLOCKS * 4096) as usize;
+        let page = &mut shadow[at..at + 4096];
+        page.fill(n as u8);
+        page[..8].copy_from_slice(&n.to_le_bytes());
+        file.write_at(page, at as u64)
+            .and_then(|_| match n % 1000 {
+                999 => file.sync_data(),
+                _ => Ok(()),
+            })
+            .unwrap_or_else(|e| panic!("overwrite {n}: {e}"));
+    }
+    file.sync_data().unwrap();
+    let stats = store.stats();
+    assert!(stats.defrag_flush_passes > 0, "{stats:?}");
+    assert!(stats.gc_bytes_moved > 0, "{stats:?}");
+    let check = |store: &Store, file: &valet_vfs::FileHandle| {
+        let mut back = vec![0u8; shadow.len()];
+        file.read_at(&mut back, 0).unwrap();
+        assert!(back == shadow, "the file does not read back as written");
+        let report = store.fsck().unwrap();
+        assert!(report.is_clean(), "{}", report.findings());
+        assert!(report.extents < 4800, "{} extents", report.extents);
+    };
+    check(&store, &file);
+    file.close().unwrap();
+    store.unmount().unwrap();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("pages").unwrap();
+    let file = store.open_file(root, "db", OpenOptions::read()).unwrap();
+    check(&store, &file);
+}
+
 /// A tenant limited to a number of directory entries gets ENOSPC for new names (files,
 /// directories, symlinks, hard links) once its tree holds that many, while another tenant
 /// keeps making names; renames, writes and removals go on, and a removal makes room.

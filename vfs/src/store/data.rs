@@ -439,6 +439,7 @@ impl Store {
     /// Writes the front detached buffer of `ino` (owned by this thread: `writing` is set)
     /// and records its extents.
     fn write_front(&self, ino: Ino, buf: Arc<Vec<u8>>, start: u64, len: usize) -> Result<()> {
+        self.room_for_extents(ino)?;
         let (key, hint, bs) = self.stream_of(ino)?;
         let total = (len as u64).div_ceil(bs) * bs;
         self.write_pieces(ino, key, &hint, &buf, start, total)?;
@@ -451,6 +452,7 @@ impl Store {
     /// and records each buffer's extents and retires it in queue order, as
     /// [`Store::write_front`] does for one.
     fn write_small_batch(&self, ino: Ino, batch: &[SmallQueued]) -> Result<()> {
+        self.room_for_extents(ino)?;
         let (key, hint, bs) = self.stream_of(ino)?;
         let mut data = Vec::with_capacity(batch.iter().map(|q| q.bytes.len()).sum());
         for q in batch {

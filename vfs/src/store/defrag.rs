@@ -20,6 +20,15 @@
 //!   that fragments the metadata pays, as an allocation on a full device runs GC. (Not when
 //!   no zone outside GC's reserve is left: the copy would wait for GC.)
 //!
+//! - Past [`METADATA_HARD`] (7/16 of a zone), whatever the space, a flush about to add
+//!   extents first rewrites windows on its own call (its file's, then the most fragmented
+//!   file's), running GC there if the copies need it, until the estimate is under that
+//!   line again; where nothing is worth rewriting, the flush fails with ENOSPC (its data
+//!   stays dirty, and the next sync reports it). This is the backstop: a file written at
+//!   random with few syncs, or on a nearly full device where the syncs skip their rewrite
+//!   and GC keeps the reclaimer busy, outran the two above and stopped the store. Flushes
+//!   also wake the reclaimer for defragmentation (before, only commits did).
+//!
 //! A window is [`MAX_EXTENT_BLOCKS`] blocks of a file, aligned, and is worth rewriting when
 //! that makes at least [`MIN_GAIN`] of its extents fewer. A window is copied like a GC move
 //! ([`super::gc`]): planned under the lock, read pinned with no lock held and checked against
@@ -48,6 +57,14 @@ const EXTENT_BYTES: u64 = 16;
 /// A window must lose this many extents to be worth its copy (at most 16 blocks copied
 /// for each extent fewer).
 const MIN_GAIN: usize = MAX_EXTENT_BLOCKS as usize / 16;
+
+/// Past this share of a metadata zone's capacity a flush makes room for its extents before
+/// it adds them (see the module docs): far enough under the half a checkpoint may take for
+/// the flushes running at once to add theirs (a few extents each).
+const METADATA_HARD: (u64, u64) = (7, 16);
+
+/// Rounds of rewriting a flush past [`METADATA_HARD`] runs before it gives up with ENOSPC.
+const HARD_ROUNDS: usize = 8;
 
 /// Windows one pass of the reclaimer rewrites (4 MiB of 4 KiB blocks at most), and one
 /// sync past the line.
@@ -101,6 +118,12 @@ impl Inner {
     /// Whether a sync should rewrite some of its own file's windows.
     pub(super) fn defrag_needed(&self) -> bool {
         self.metadata_estimate() > self.defrag_start() / 2 * 3
+    }
+
+    /// Whether the metadata is past [`METADATA_HARD`].
+    fn metadata_over_hard_line(&self) -> bool {
+        let (num, den) = METADATA_HARD;
+        self.metadata_estimate() > self.state.geometry.zone_capacity / den * num
     }
 
     /// Whether no zone outside GC's reserve is free or on its way: a copy would then have
@@ -278,6 +301,53 @@ impl Store {
             self.lock()?.counters.defrag_sync_passes += 1;
         }
         Ok(())
+    }
+
+    /// Before a flush of `ino` adds extents: wakes the reclaimer if the metadata is past
+    /// its line, and past [`METADATA_HARD`] rewrites windows on this call until it is under
+    /// it (see the module docs). ENOSPC when nothing is worth rewriting: the metadata is
+    /// then full of names and extents that only removals can make fewer.
+    pub(super) fn room_for_extents(&self, ino: Ino) -> Result<()> {
+        let (wanted, hard) = {
+            let inner = self.lock()?;
+            (inner.defrag_wanted(false), inner.metadata_over_hard_line())
+        };
+        if wanted {
+            self.shared.reclaimer.wake_for_defrag();
+        }
+        if !hard {
+            return Ok(());
+        }
+        let mut own = Some(ino);
+        for _ in 0..HARD_ROUNDS {
+            let (ino, windows) = {
+                let mut inner = self.lock()?;
+                if !inner.metadata_over_hard_line() {
+                    return Ok(());
+                }
+                let Some(ino) = own.take().or_else(|| inner.most_fragmented()) else {
+                    break;
+                };
+                (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
+            };
+            let mut rewritten = false;
+            for window in windows {
+                rewritten |= self.rewrite_window(ino, window)?;
+            }
+            if rewritten {
+                self.lock()?.counters.defrag_flush_passes += 1;
+            }
+        }
+        let inner = self.lock()?;
+        if !inner.metadata_over_hard_line() {
+            return Ok(());
+        }
+        Err(Error::NoSpace(format!(
+            "the store's metadata is full ({} bytes of a checkpoint that may take {}): \
+             remove files to make room",
+            inner.metadata_estimate(),
+            inner.state.geometry.zone_capacity / 2
+        )))
     }
 
     /// Copies one window's runs into new extents of the file's stream. Returns whether

@@ -305,10 +305,12 @@ struct Counters {
     /// GC passes run by the reclaimer, and on allocating calls.
     gc_background_passes: u64,
     gc_foreground_passes: u64,
-    /// Bytes copied by defragmentation, and its passes by the reclaimer and on syncs.
+    /// Bytes copied by defragmentation, and its passes by the reclaimer, on syncs and on
+    /// flushes past the hard line.
     defrag_bytes: u64,
     defrag_passes: u64,
     defrag_sync_passes: u64,
+    defrag_flush_passes: u64,
     last_defrag_failure: Option<String>,
     /// Allocations that waited their whole PATIENCE for work in flight.
     allocation_stalls: u64,
@@ -1594,6 +1596,7 @@ impl Inner {
             defrag_bytes_moved: self.counters.defrag_bytes,
             defrag_passes: self.counters.defrag_passes,
             defrag_sync_passes: self.counters.defrag_sync_passes,
+            defrag_flush_passes: self.counters.defrag_flush_passes,
             last_defrag_failure: self.counters.last_defrag_failure.clone(),
             allocation_stalls: self.counters.allocation_stalls,
             checksum_failures: self.counters.checksum_failures,
