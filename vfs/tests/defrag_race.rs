@@ -56,6 +56,9 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
     let file = store.open_file(root, &name, OpenOptions::create()).unwrap();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut copy: Vec<u8> = Vec::new();
+    // (op, offset, length) of every write and (op, size) of every set_len, to tell what a
+    // wrong read returned.
+    let mut history: Vec<(usize, usize, usize)> = Vec::new();
     for op in 0..OPS {
         match rng.below(10) {
             0..=6 => {
@@ -63,6 +66,7 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
                 let len = 1 + rng.below(12 << 10).min(MAX_FILE - at as u64 - 1) as usize;
                 let data: Vec<u8> = (0..len).map(|i| (op + i + t as usize) as u8).collect();
                 file.write_at(&data, at as u64).unwrap();
+                history.push((op, at, len));
                 if copy.len() < at + len {
                     copy.resize(at + len, 0);
                 }
@@ -71,6 +75,7 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
             7 => {
                 let size = rng.below(MAX_FILE) as usize;
                 file.set_len(size as u64).unwrap();
+                history.push((op, size, 0));
                 copy.resize(size, 0);
             }
             8 => file.sync_data().unwrap(),
@@ -80,13 +85,18 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
                 let n = file.read_at(&mut buf, at as u64).unwrap();
                 let want = &copy[at.min(copy.len())..(at + buf.len()).min(copy.len())];
                 if &buf[..n] != want {
-                    let first = buf.iter().zip(want).position(|(a, b)| a != b);
-                    let differ = buf.iter().zip(want).filter(|(a, b)| a != b).count();
+                    let got = buf[..n].to_vec();
+                    let again = file.read_at(&mut buf, at as u64).unwrap();
                     panic!(
                         "thread {t}, op {op}: read of {} at {at} got {n} bytes, {} expected; \
-                         first difference at +{first:?}, {differ} bytes differ",
+                         {}; read again: {}",
                         buf.len(),
-                        want.len()
+                        want.len(),
+                        explain(&got, want, at, t, &history),
+                        match &buf[..again] == want {
+                            true => "as expected".to_string(),
+                            false => explain(&buf[..again], want, at, t, &history),
+                        }
                     );
                 }
             }
@@ -95,6 +105,58 @@ fn churn(store: &Store, root: Ino, t: u64) -> Vec<u8> {
     file.sync_data().unwrap();
     file.close().unwrap();
     copy
+}
+
+/// What a wrong read returned, for the failure message: where it differs, and for the
+/// first differing block whether it holds zeros or the bytes of an earlier write there.
+fn explain(
+    got: &[u8],
+    want: &[u8],
+    at: usize,
+    t: u64,
+    history: &[(usize, usize, usize)],
+) -> String {
+    let Some(first) = got.iter().zip(want).position(|(a, b)| a != b) else {
+        return format!("{} bytes read, {} expected", got.len(), want.len());
+    };
+    let differ = got.iter().zip(want).filter(|(a, b)| a != b).count();
+    let pos = at + first;
+    let end = (first + 64).min(got.len());
+    let bytes = &got[first..end];
+    let source = if bytes.iter().all(|&b| b == 0) {
+        "zeros".to_string()
+    } else {
+        // The latest earlier write whose bytes at `pos` are what was read.
+        let matching = history.iter().rev().find(|&&(op, w_at, len)| {
+            len > 0
+                && w_at <= pos
+                && pos + bytes.len() <= w_at + len
+                && bytes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (op + pos - w_at + i + t as usize) as u8)
+        });
+        match matching {
+            Some((op, w_at, len)) => format!("the bytes of op {op}'s write of {len} at {w_at}"),
+            None => "bytes of no earlier write there".to_string(),
+        }
+    };
+    let block_events: Vec<String> = history
+        .iter()
+        .filter(|&&(_, w_at, len)| match len {
+            0 => w_at <= pos + 4096,
+            _ => w_at <= pos && pos < w_at + len,
+        })
+        .map(|&(op, w_at, len)| match len {
+            0 => format!("op {op} set_len {w_at}"),
+            _ => format!("op {op} write {len} at {w_at}"),
+        })
+        .collect();
+    format!(
+        "first difference at file offset {pos}, {differ} bytes differ; read {source}; \
+         writes covering it and set_lens near it: {}",
+        block_events.join(", ")
+    )
 }
 
 fn read_back(store: &Store, root: Ino, t: u64) -> Vec<u8> {
