@@ -19,7 +19,6 @@
 //!   rewrites a few of that file's windows itself, after its own data is durable: the file
 //!   that fragments the metadata pays, as an allocation on a full device runs GC. (Not when
 //!   no zone outside GC's reserve is left: the copy would wait for GC.)
-//!
 //! - Past [`METADATA_HARD`] (7/16 of a zone), whatever the space, a flush about to add
 //!   extents first rewrites windows on its own call (its file's, then the most fragmented
 //!   file's), running GC there if the copies need it, until the estimate is under that
