@@ -463,6 +463,11 @@ impl Inner {
             let Some(ZoneUse::Data(key)) = self.state.zones.owner[zone as usize] else {
                 continue;
             };
+            if self.resetting.contains(&zone) || self.free.contains(&zone) {
+                // A commit is resetting it already (it emptied, came alive with a late
+                // write's record and emptied again meanwhile).
+                continue;
+            }
             if self.collecting == Some(zone) {
                 // A GC pass is emptying it: the pass queues its reset when it ends. Reset
                 // now, the zone could be reused by another stream (or tenant) while the

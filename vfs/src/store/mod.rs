@@ -362,7 +362,11 @@ struct Inner {
     /// Zones where GC found data that does not match its checksum: left as they are for
     /// fsck and the operator, never collected.
     damaged: BTreeSet<ZoneId>,
-    /// Zones a commit took from `to_reset` and is resetting now (after its flush).
+    /// Zones a commit took from `to_reset` and is resetting now (after its flush). A zone
+    /// leaves it only by the hand of the commit that took it: reset, or back on `to_reset`
+    /// (still in use, or the commit failed). While here it goes on no reset list again:
+    /// two resets of one zone at once let the second wipe what was written after the
+    /// first.
     resetting: BTreeSet<ZoneId>,
     /// Those of `resetting` whose death a commit made durable: the store's thread that
     /// asked for it resets them once it has let go of the leader role.
@@ -679,6 +683,8 @@ impl Store {
     fn lead_commit(&self, asker: Asker) -> Led {
         let mut journal = self.shared.commit.journal();
         let mut upto = 0;
+        // The zones this commit takes to reset, given back if it fails.
+        let mut taken = BTreeSet::new();
         let mut run = || -> Result<()> {
             let (record, snapshot, resets) = {
                 let mut inner = self.lock()?;
@@ -694,6 +700,7 @@ impl Store {
                 };
                 // Allocations that need space meanwhile wait for these resets, not ENOSPC.
                 inner.resetting.extend(resets.iter().copied());
+                taken.clone_from(&resets);
                 if inner.pending.is_empty() && !inner.unsynced_writes {
                     (None, None, resets)
                 } else {
@@ -758,11 +765,15 @@ impl Store {
         match run() {
             Ok(()) => Led::Durable(upto),
             Err(e) => {
-                // Zones this commit did not get to reset wait for the next one.
+                // The zones this commit took wait for the next one (only those: others
+                // in `resetting` are another commit's, perhaps being reset now).
                 if let Ok(mut inner) = self.lock() {
-                    let left = std::mem::take(&mut inner.resetting);
-                    inner.to_reset.extend(left);
-                    inner.durable_dead.clear();
+                    for zone in taken {
+                        if inner.resetting.remove(&zone) {
+                            inner.durable_dead.remove(&zone);
+                            inner.to_reset.insert(zone);
+                        }
+                    }
                 }
                 Led::Failed(upto, e.to_string())
             }
@@ -781,11 +792,13 @@ impl Store {
             for &zone in &zones {
                 let z = zone as usize;
                 if inner.free.contains(&zone) {
+                    inner.resetting.remove(&zone);
                     continue;
                 }
                 if inner.state.zones.valid_blocks(zone) != 0 {
                     // Live again (a write that was in flight when the zone was retired
                     // has been recorded): GC collects it once it is sealed.
+                    inner.resetting.remove(&zone);
                     inner.seal(zone)?;
                     continue;
                 }
@@ -793,6 +806,8 @@ impl Store {
                 let busy = self.shared.pins[z].load(Ordering::Acquire) > 0
                     || inner.written[z] != inner.wp[z];
                 if busy {
+                    // Back for the next commit, which may take it before this call ends.
+                    inner.resetting.remove(&zone);
                     inner.to_reset.insert(zone);
                 } else {
                     ready.push(zone);
@@ -802,14 +817,14 @@ impl Store {
         };
         let mut done = Vec::with_capacity(ready.len());
         let mut failed = None;
-        for zone in ready {
+        for &zone in &ready {
             match self.shared.device.reset(zone) {
                 Ok(()) => done.push(zone),
                 Err(e) => failed = Some(e),
             }
         }
         let mut inner = self.lock()?;
-        for zone in &zones {
+        for zone in &ready {
             inner.resetting.remove(zone);
         }
         for zone in done {
