@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
-use valet_vfs::{Error, OpenOptions, Store, StoreConfig};
+use valet_vfs::{Error, OpenOptions, Stats, Store, StoreConfig};
 
 /// Zones of 256 KiB: a checkpoint stays under 128 KiB, new names stop past 96 KiB.
 fn geometry() -> Geometry {
@@ -136,19 +136,15 @@ fn a_refusal_on_the_estimate_is_lifted_by_the_next_checkpoint() {
     assert!(more > 0, "none after {made} directories");
 }
 
-/// A file overwritten at random, a block at a time with a sync after each (a B-tree's
-/// pages, SQLite's database file), ends up with one extent per block, and its extents can
-/// outgrow a checkpoint where no name is made at all. Before, the store then stopped for
-/// every tenant ("metadata checkpoint ... exceeds half of a metadata zone"). Now the
-/// fragmented windows are rewritten whole (by the reclaimer, and by the syncs themselves
-/// once it falls behind): every write and sync succeeds, the file reads back as written,
-/// and the metadata stays within a checkpoint, across a remount too.
-#[test]
-fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
-    // 128 KiB zones: a checkpoint stays under 64 KiB, some 4,500 extents. The file has
-    // 8,192 blocks, so one extent per block would be about twice that.
+/// A 32 MiB file ("db", 8,192 blocks) on a device of `zones` zones of 128 KiB (a
+/// checkpoint stays under 64 KiB, some 4,500 extents: one extent per block would be about
+/// twice that), written whole and then overwritten `overwrites` times a block at a time at
+/// random, with a sync every `sync_every` overwrites. Every write and sync must succeed,
+/// and the file read back as written with at most `max_extents` extents and fsck clean,
+/// across a remount too. Returns the store's stats before the remount.
+fn overwrite_at_random(zones: u32, overwrites: u64, sync_every: u64, max_extents: u64) -> Stats {
     let geometry = Geometry {
-        zone_count: 512,
+        zone_count: zones,
         zone_size: 128 << 10,
         zone_capacity: 128 << 10,
         block_size: 4096,
@@ -167,7 +163,7 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
     }
     file.sync_data().unwrap();
     let mut x = 0x2545_F491_4F6C_DD1D_u64;
-    for n in 0..3 * BLOCKS {
+    for n in 0..overwrites {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -176,24 +172,21 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
         page.fill(n as u8);
         page[..8].copy_from_slice(&n.to_le_bytes());
         file.write_at(page, at as u64)
-            .and_then(|_| file.sync_data())
+            .and_then(|_| match (n + 1) % sync_every {
+                0 => file.sync_data(),
+                _ => Ok(()),
+            })
             .unwrap_or_else(|e| panic!("overwrite {n}: {e}"));
     }
+    file.sync_data().unwrap();
     let stats = store.stats();
-    assert!(stats.defrag_bytes_moved > 0, "{stats:?}");
-    assert!(
-        stats.defrag_passes + stats.defrag_sync_passes > 0,
-        "{stats:?}"
-    );
     let check = |store: &Store, file: &valet_vfs::FileHandle| {
         let mut back = vec![0u8; shadow.len()];
         file.read_at(&mut back, 0).unwrap();
         assert!(back == shadow, "the file does not read back as written");
         let report = store.fsck().unwrap();
         assert!(report.is_clean(), "{}", report.findings());
-        // Well under one extent per block (8,192), and within what a checkpoint of 64 KiB
-        // holds (about 14 bytes an extent: some 4,500). Runs end at 3,400-3,900.
-        assert!(report.extents < 4300, "{} extents", report.extents);
+        assert!(report.extents < max_extents, "{} extents", report.extents);
     };
     check(&store, &file);
     file.close().unwrap();
@@ -202,6 +195,26 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
     let (_, root) = store.tenant("pages").unwrap();
     let file = store.open_file(root, "db", OpenOptions::read()).unwrap();
     check(&store, &file);
+    stats
+}
+
+/// A file overwritten at random, a block at a time with a sync after each (a B-tree's
+/// pages, SQLite's database file), ends up with one extent per block, and its extents can
+/// outgrow a checkpoint where no name is made at all. Before, the store then stopped for
+/// every tenant ("metadata checkpoint ... exceeds half of a metadata zone"). Now the
+/// fragmented windows are rewritten whole (by the reclaimer, and by the syncs themselves
+/// once it falls behind): every write and sync succeeds, the file reads back as written,
+/// and the metadata stays within a checkpoint, across a remount too.
+#[test]
+fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
+    // Well under one extent per block (8,192), and within what a checkpoint of 64 KiB
+    // holds (about 14 bytes an extent: some 4,500). Runs end at 3,400-3,900.
+    let stats = overwrite_at_random(512, 3 * 8192, 1, 4300);
+    assert!(stats.defrag_bytes_moved > 0, "{stats:?}");
+    assert!(
+        stats.defrag_passes + stats.defrag_sync_passes > 0,
+        "{stats:?}"
+    );
 }
 
 /// The same file on a device it fills to 85 %, with a sync only every 1,000 writes: the
@@ -210,60 +223,9 @@ fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
 /// filled to 64 %); now flushes past the hard line rewrite windows themselves first.
 #[test]
 fn a_fragmenting_file_on_a_nearly_full_device_with_few_syncs_does_not_stop_the_store() {
-    let geometry = Geometry {
-        zone_count: 300,
-        zone_size: 128 << 10,
-        zone_capacity: 128 << 10,
-        block_size: 4096,
-        max_open: 8,
-        max_active: 8,
-    };
-    let dev = Arc::new(MemoryDevice::new(geometry).unwrap());
-    let store = mount(&dev);
-    let (_, root) = store.tenant("pages").unwrap();
-    const BLOCKS: u64 = 8192;
-    let mut shadow = vec![0u8; (BLOCKS * 4096) as usize];
-    let file = store.open_file(root, "db", OpenOptions::create()).unwrap();
-    for (i, chunk) in shadow.chunks_mut(1 << 20).enumerate() {
-        chunk.fill(i as u8);
-        file.write_at(chunk, i as u64 * (1 << 20)).unwrap();
-    }
-    file.sync_data().unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15_u64;
-    for n in 0..2 * BLOCKS {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let at = (x % BLOCKS * 4096) as usize;
-        let page = &mut shadow[at..at + 4096];
-        page.fill(n as u8);
-        page[..8].copy_from_slice(&n.to_le_bytes());
-        file.write_at(page, at as u64)
-            .and_then(|_| match n % 1000 {
-                999 => file.sync_data(),
-                _ => Ok(()),
-            })
-            .unwrap_or_else(|e| panic!("overwrite {n}: {e}"));
-    }
-    file.sync_data().unwrap();
-    let stats = store.stats();
+    let stats = overwrite_at_random(300, 2 * 8192, 1000, 4800);
     assert!(stats.defrag_flush_passes > 0, "{stats:?}");
     assert!(stats.gc_bytes_moved > 0, "{stats:?}");
-    let check = |store: &Store, file: &valet_vfs::FileHandle| {
-        let mut back = vec![0u8; shadow.len()];
-        file.read_at(&mut back, 0).unwrap();
-        assert!(back == shadow, "the file does not read back as written");
-        let report = store.fsck().unwrap();
-        assert!(report.is_clean(), "{}", report.findings());
-        assert!(report.extents < 4800, "{} extents", report.extents);
-    };
-    check(&store, &file);
-    file.close().unwrap();
-    store.unmount().unwrap();
-    let store = mount(&dev);
-    let (_, root) = store.tenant("pages").unwrap();
-    let file = store.open_file(root, "db", OpenOptions::read()).unwrap();
-    check(&store, &file);
 }
 
 /// A tenant limited to a number of directory entries gets ENOSPC for new names (files,
