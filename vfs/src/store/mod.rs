@@ -369,6 +369,9 @@ struct Inner {
     /// two resets of one zone at once let the second wipe what was written after the
     /// first.
     resetting: BTreeSet<ZoneId>,
+    /// Those of `resetting` whose device reset runs now: debug builds check that no zone
+    /// is reset twice at once (it was, before the rule above).
+    resets_in_flight: BTreeSet<ZoneId>,
     /// Those of `resetting` whose death a commit made durable: the store's thread that
     /// asked for it resets them once it has let go of the leader role.
     durable_dead: BTreeSet<ZoneId>,
@@ -811,6 +814,8 @@ impl Store {
                     inner.resetting.remove(&zone);
                     inner.to_reset.insert(zone);
                 } else {
+                    let first = inner.resets_in_flight.insert(zone);
+                    debug_assert!(first, "zone {zone} reset twice at once");
                     ready.push(zone);
                 }
             }
@@ -827,6 +832,7 @@ impl Store {
         let mut inner = self.lock()?;
         for zone in &ready {
             inner.resetting.remove(zone);
+            inner.resets_in_flight.remove(zone);
         }
         for zone in done {
             inner.zone_emptied(zone)?;

@@ -141,6 +141,7 @@ pub(super) fn mount(
         damaged: BTreeSet::new(),
         collecting: None,
         resetting: BTreeSet::new(),
+        resets_in_flight: BTreeSet::new(),
         durable_dead: BTreeSet::new(),
         conv,
         counters: Counters::default(),
