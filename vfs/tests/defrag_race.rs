@@ -169,8 +169,23 @@ fn read_back(store: &Store, root: Ino, t: u64) -> Vec<u8> {
     buf
 }
 
+/// Rounds of the race: one in the suite, more in the long mode
+/// (`VALET_DEFRAG_RACE_ROUNDS=5000 cargo test --release -p valet-vfs --test defrag_race`).
+fn rounds() -> usize {
+    std::env::var("VALET_DEFRAG_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 #[test]
 fn threads_gc_and_defragmentation_race_and_lose_nothing() {
+    for _ in 0..rounds() {
+        race_once();
+    }
+}
+
+fn race_once() {
     let dev = Arc::new(MemoryDevice::new(geometry()).unwrap());
     let store = mount(&dev);
     let (_, root) = store.tenant("race").unwrap();
