@@ -463,7 +463,7 @@ impl Inner {
             let Some(ZoneUse::Data(key)) = self.state.zones.owner[zone as usize] else {
                 continue;
             };
-            if self.resetting.contains(&zone) || self.free.contains(&zone) {
+            if self.resetting.contains(&zone) {
                 // A commit is resetting it already (it emptied, came alive with a late
                 // write's record and emptied again meanwhile).
                 continue;

@@ -439,8 +439,7 @@ impl Store {
     /// Writes the front detached buffer of `ino` (owned by this thread: `writing` is set)
     /// and records its extents.
     fn write_front(&self, ino: Ino, buf: Arc<Vec<u8>>, start: u64, len: usize) -> Result<()> {
-        self.room_for_extents(ino)?;
-        let (key, hint, bs) = self.stream_of(ino)?;
+        let (key, hint, bs) = self.flush_stream(ino)?;
         let total = (len as u64).div_ceil(bs) * bs;
         self.write_pieces(ino, key, &hint, &buf, start, total)?;
         drop(buf);
@@ -452,8 +451,7 @@ impl Store {
     /// and records each buffer's extents and retires it in queue order, as
     /// [`Store::write_front`] does for one.
     fn write_small_batch(&self, ino: Ino, batch: &[SmallQueued]) -> Result<()> {
-        self.room_for_extents(ino)?;
-        let (key, hint, bs) = self.stream_of(ino)?;
+        let (key, hint, bs) = self.flush_stream(ino)?;
         let mut data = Vec::with_capacity(batch.iter().map(|q| q.bytes.len()).sum());
         for q in batch {
             data.extend_from_slice(&q.bytes);
@@ -501,16 +499,9 @@ impl Store {
         Ok(())
     }
 
-    /// The stream a flush of `ino` writes to, its hint (with the lifetime group of the
-    /// stream's bytes so far) and the block size.
+    /// See [`Inner::stream_of`].
     pub(super) fn stream_of(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
-        let inner = self.lock()?;
-        let inode = inner.state.inode(ino)?;
-        let key = StreamKey::user(inode.tenant, inode.hint.stream);
-        let mut hint = inode.hint;
-        let stream_bytes = inner.counters.streams.get(&key).map_or(0, |c| c.host);
-        hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
-        Ok((key, hint, inner.state.block_size()))
+        self.lock()?.stream_of(ino)
     }
 
     /// Reserves and writes `total` bytes of `buf` (file offset `start`) as extents of
@@ -1024,6 +1015,17 @@ fn small_batch(queue: &mut std::collections::VecDeque<Detached>) -> Vec<SmallQue
 }
 
 impl Inner {
+    /// The stream a flush of `ino` writes to, its hint (with the lifetime group of the
+    /// stream's bytes so far) and the block size.
+    pub(super) fn stream_of(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
+        let inode = self.state.inode(ino)?;
+        let key = StreamKey::user(inode.tenant, inode.hint.stream);
+        let mut hint = inode.hint;
+        let stream_bytes = self.counters.streams.get(&key).map_or(0, |c| c.host);
+        hint.group = hint.group_at(stream_bytes, now_ns() / 1_000_000_000);
+        Ok((key, hint, self.state.block_size()))
+    }
+
     /// The fast path: copies `data` into the window if it continues or overwrites it and
     /// leaves it not full. Returns false when the slow path must run.
     fn copy_into_window(&mut self, ino: Ino, data: &[u8], offset: u64) -> Result<bool> {

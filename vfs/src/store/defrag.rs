@@ -43,6 +43,7 @@ use std::sync::atomic::Ordering;
 use super::extent_map::{Extent, MAX_EXTENT_BLOCKS};
 use super::gc::maps;
 use super::state::{FileKind, Ino, MetaOp};
+use super::zone_map::StreamKey;
 use super::{Inner, Store};
 use crate::device::ZoneId;
 use crate::hint::Class;
@@ -302,21 +303,34 @@ impl Store {
         Ok(())
     }
 
-    /// Before a flush of `ino` adds extents: wakes the reclaimer if the metadata is past
-    /// its line, and past [`METADATA_HARD`] rewrites windows on this call until it is under
-    /// it (see the module docs). ENOSPC when nothing is worth rewriting: the metadata is
-    /// then full of names and extents that only removals can make fewer.
-    pub(super) fn room_for_extents(&self, ino: Ino) -> Result<()> {
-        let (wanted, hard) = {
+    /// The stream a flush of `ino` writes to ([`Inner::stream_of`]), once the metadata has
+    /// room for the flush's extents: wakes the reclaimer if the metadata is past its line,
+    /// and past [`METADATA_HARD`] first rewrites windows on this call (see the module
+    /// docs). One lock in the common case, as a flush took before.
+    pub(super) fn flush_stream(&self, ino: Ino) -> Result<(StreamKey, crate::Hint, u64)> {
+        let (stream, wanted, hard) = {
             let inner = self.lock()?;
-            (inner.defrag_wanted(false), inner.metadata_over_hard_line())
+            let stream = inner.stream_of(ino)?;
+            (
+                stream,
+                inner.defrag_wanted(false),
+                inner.metadata_over_hard_line(),
+            )
         };
         if wanted {
             self.shared.reclaimer.wake_for_defrag();
         }
         if !hard {
-            return Ok(());
+            return Ok(stream);
         }
+        self.room_for_extents(ino)?;
+        self.stream_of(ino)
+    }
+
+    /// Past [`METADATA_HARD`], rewrites windows (of `ino`'s file first) until the metadata
+    /// is under it. ENOSPC when nothing is worth rewriting: the metadata is then full of
+    /// names and extents that only removals can make fewer.
+    fn room_for_extents(&self, ino: Ino) -> Result<()> {
         let mut own = Some(ino);
         for _ in 0..HARD_ROUNDS {
             let (ino, windows) = {

@@ -46,12 +46,13 @@
 //!   writes the journal and flushes the device with no lock held. The zones it will reset
 //!   after the flush are listed in `resetting` meanwhile, so that an allocation waits for
 //!   them instead of reporting ENOSPC; they are that commit's until it has reset them or
-//!   put them back on the reset list, and no one else lists them for a reset meanwhile. Only the store's own commits (the reclaimer's, an
-//!   allocation's, a whole-store sync) reset zones, and only after their leader has let go
-//!   of the leader role (`durable_dead`): a guest's sync wakes the reclaimer for that and
-//!   returns, and never waits behind a reset. A guest's sync that becomes leader first waits (no
-//!   lock held, at most half a commit's time and 1 ms) for the syncers of the last two
-//!   commits, so that syncers in closed loops share every flush.
+//!   put them back on the reset list, and no one else lists them for a reset meanwhile.
+//!   Only the store's own commits (the reclaimer's, an allocation's, a whole-store sync)
+//!   reset zones, and only after their leader has let go of the leader role
+//!   (`durable_dead`): a guest's sync wakes the reclaimer for that and returns, and never
+//!   waits behind a reset. A guest's sync that becomes leader first waits (no lock held, at
+//!   most half a commit's time and 1 ms) for the syncers of the last two commits, so that
+//!   syncers in closed loops share every flush.
 //! - **GC** ([`gc`], [`reclaim`]): one pass at a time (`collecting` names its victim). The
 //!   reclaimer thread runs passes when free zones fall below the low watermark; an
 //!   allocation runs one itself only when no zone outside the reserve is left and no pass is
