@@ -92,6 +92,8 @@ pub(crate) mod journal;
 mod mount;
 mod namespace;
 mod reclaim;
+#[cfg(test)]
+mod reset_tests;
 pub(crate) mod state;
 mod writer;
 pub(crate) mod zone_map;
