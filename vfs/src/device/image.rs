@@ -302,13 +302,8 @@ impl Filler {
         let asked = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicU64::new(0));
         let (a, d) = (asked.clone(), done.clone());
-        let thread = std::thread::Builder::new()
-            .name("valet-image-fill".into())
-            .spawn(move || {
-                crate::background::lower_this_thread();
-                fill_loop(core, rx, a, d)
-            })
-            .ok();
+        let thread =
+            crate::background::spawn("valet-image-fill", move || fill_loop(core, rx, a, d)).ok();
         Filler {
             wake: Some(Mutex::new(tx)),
             thread,

@@ -59,12 +59,7 @@ pub(super) struct Reclaimer {
 impl Reclaimer {
     /// Starts the thread; `store` is its own handle to the store.
     pub fn start(&self, store: Store) {
-        let thread = std::thread::Builder::new()
-            .name("valet-reclaim".into())
-            .spawn(move || {
-                crate::background::lower_this_thread();
-                run(store)
-            })
+        let thread = crate::background::spawn("valet-reclaim", move || run(store))
             .expect("spawning the store's reclaimer thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
     }

@@ -30,12 +30,7 @@ impl Queue {
     /// Starts the writer thread; `store` is its own handle to the store.
     pub fn start(&self, store: Store) {
         let (tx, rx) = channel();
-        let thread = std::thread::Builder::new()
-            .name("valet-writer".into())
-            .spawn(move || {
-                crate::background::lower_this_thread();
-                run(store, rx)
-            })
+        let thread = crate::background::spawn("valet-writer", move || run(store, rx))
             .expect("spawning the store's writer thread");
         *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
