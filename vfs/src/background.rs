@@ -54,9 +54,9 @@ fn current_core() -> Option<usize> {
 
 /// Moves the calling thread to another core than `core` (the affinity change migrates it at
 /// once), then lets it run anywhere again: only where it first runs, and so where it is
-/// first woken, changes. Best effort: nothing happens where the thread may run on one core
-/// only or the calls are refused.
-fn leave_core(core: usize) {
+/// first woken, changes. Returns the core it moved to. Best effort: nothing happens where
+/// the thread may run on one core only or the calls are refused.
+fn leave_core(core: usize) -> Option<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: the masks are plain bit sets of `size` bytes, read and set for the calling
     // thread (pid 0) only.
@@ -67,12 +67,52 @@ fn leave_core(core: usize) {
             || !libc::CPU_ISSET(core, &allowed)
             || libc::CPU_COUNT(&allowed) < 2
         {
-            return;
+            return None;
         }
         let mut elsewhere = allowed;
         libc::CPU_CLR(core, &mut elsewhere);
-        if libc::sched_setaffinity(0, size, &elsewhere) == 0 {
-            libc::sched_setaffinity(0, size, &allowed);
+        if libc::sched_setaffinity(0, size, &elsewhere) != 0 {
+            return None;
         }
+        let moved_to = current_core();
+        libc::sched_setaffinity(0, size, &allowed);
+        moved_to
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed_cores() -> Vec<usize> {
+        // SAFETY: reads the calling thread's mask into a zeroed set of the right size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_thread_leaves_its_spawners_core_and_may_then_run_anywhere() {
+        let before = allowed_cores();
+        let here = current_core().expect("sched_getcpu");
+        let moved_to = leave_core(here);
+        match before.len() {
+            1 => assert_eq!(moved_to, None, "one allowed core: nowhere to go"),
+            _ => {
+                let to = moved_to.expect("two or more allowed cores");
+                assert_ne!(to, here);
+                assert!(before.contains(&to));
+            }
+        }
+        assert_eq!(
+            allowed_cores(),
+            before,
+            "the thread's mask is given back whole"
+        );
     }
 }
