@@ -94,6 +94,7 @@ mod namespace;
 mod reclaim;
 #[cfg(test)]
 mod reset_tests;
+mod spin_lock;
 pub(crate) mod state;
 mod writer;
 pub(crate) mod zone_map;
@@ -589,12 +590,10 @@ impl Store {
         Ok(())
     }
 
-    /// The store's lock. A panic under it may have left the metadata half changed, so a
-    /// poisoned lock stops the store instead of being used.
+    /// The store's lock (see [`spin_lock`]). A panic under it may have left the metadata
+    /// half changed, so a poisoned lock stops the store instead of being used.
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        self.shared
-            .inner
-            .lock()
+        spin_lock::lock(&self.shared.inner)
             .map_err(|_| Error::Stopped("a panic inside the store left its state unknown".into()))
     }
 
