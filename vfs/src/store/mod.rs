@@ -9,7 +9,7 @@
 //! extents near what a checkpoint can hold; [`checksum`] the crc of every written unit,
 //! which GC, defragmentation and the deep fsck verify; [`mount`] recovery; [`fsck`] the
 //! invariant checker; [`inline`] small synced tails that travel in journal records until
-//! their window reaches a data zone.
+//! their window reaches a data zone; [`spin_lock`] how the store's lock is taken.
 //!
 //! # Concurrency: who owns what
 //!
@@ -19,7 +19,8 @@
 //! - **`Shared::inner`** (one mutex) guards the metadata ([`State`]), the open files and
 //!   their windows, the buffer pool, the allocator (heads, free list, the store's write
 //!   pointers) and the counters. It is held for memory work only: planning a read,
-//!   reserving blocks, recording operations. Every device call happens after it is
+//!   reserving blocks, recording operations; a thread spins briefly for it before it
+//!   sleeps ([`spin_lock`]). Every device call happens after it is
 //!   released, except `finish` of a zone with nothing in flight (a table update on the
 //!   emulated device, one `ftruncate` on zonefs) and the rare metadata calls of the
 //!   conventional area (opening or truncating a host file, syncing its directory). Its
