@@ -32,7 +32,7 @@ pub struct BufferPool {
 impl BufferPool {
     pub fn new(count: usize, size: usize) -> Self {
         BufferPool {
-            free: (0..count).map(|_| vec![0u8; size]).collect(),
+            free: (0..count).map(|_| resident_zeros(size)).collect(),
             count,
             size,
             copied: 0,
@@ -89,6 +89,36 @@ impl BufferPool {
     pub fn share(&self, tenants: usize) -> usize {
         (self.count / tenants.max(1)).max(1)
     }
+}
+
+/// `size` zero bytes whose pages are in memory already. A copy into a page never touched
+/// first faults it in, and the copies into a window run under the store's lock: a 512 KiB
+/// copy into fresh pages held it for up to 0.35 ms, against about 15 µs into pages in
+/// memory. So the pool's pages are faulted in once, at mount.
+fn resident_zeros(size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size];
+    const PAGE: usize = 4096;
+    let start = buf.as_mut_ptr() as usize;
+    let first_page = start - start % PAGE;
+    // SAFETY: the range covers the pages of `buf`'s own allocation (the first page rounded
+    // down to its start); MADV_POPULATE_WRITE faults pages in writable without changing
+    // what they hold.
+    let populated = unsafe {
+        libc::madvise(
+            first_page as *mut libc::c_void,
+            start + size - first_page,
+            libc::MADV_POPULATE_WRITE,
+        )
+    } == 0;
+    if !populated {
+        // Kernels before 5.14: write each page (with the zero it holds; volatile, since the
+        // compiler knows the allocation is zeroed and would drop a plain store of zero).
+        for at in (0..size).step_by(PAGE) {
+            // SAFETY: `at` is inside `buf`.
+            unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(at), 0) };
+        }
+    }
+    buf
 }
 
 /// The window of a file a buffer holds: bytes `[start, start + len)` of the file, with
