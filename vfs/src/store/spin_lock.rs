@@ -37,3 +37,22 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> LockResult<MutexGuard<'_, T>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// The store stops on a poisoned lock (see `Store::lock`); spinning must not hide one.
+    #[test]
+    fn a_poisoned_lock_is_reported_not_used() {
+        let mutex = Arc::new(Mutex::new(()));
+        let holder = mutex.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = holder.lock().unwrap();
+            panic!("a panic under the lock");
+        })
+        .join();
+        assert!(lock(&mutex).is_err());
+    }
+}
