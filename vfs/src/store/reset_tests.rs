@@ -123,6 +123,22 @@ impl ZonedDevice for HeldResets {
     }
 }
 
+/// Starts a commit (one that resets the zones on the reset list) on its own thread, and
+/// waits until it is held resetting `zone`.
+fn commit_held_at(
+    store: &Store,
+    device: &HeldResets,
+    zone: ZoneId,
+) -> thread::JoinHandle<Result<()>> {
+    device.hold(zone);
+    let commit = {
+        let store = store.clone();
+        thread::spawn(move || store.commit_for_resets())
+    };
+    device.wait_for_reset_of(zone);
+    commit
+}
+
 #[test]
 fn a_zone_the_next_commit_is_resetting_stays_listed_while_the_first_commit_ends() {
     let device = HeldResets::new();
@@ -146,22 +162,12 @@ fn a_zone_the_next_commit_is_resetting_stays_listed_while_the_first_commit_ends(
     // Commit 1 takes both; `busy` is pinned (a reader), so it goes back on the reset
     // list, and `other`'s reset is held.
     store.shared.pins[busy as usize].fetch_add(1, Ordering::AcqRel);
-    device.hold(other);
-    let first = {
-        let store = store.clone();
-        thread::spawn(move || store.commit_for_resets())
-    };
-    device.wait_for_reset_of(other);
+    let first = commit_held_at(&store, &device, other);
     assert!(store.lock().unwrap().to_reset.contains(&busy));
 
     // The reader lets go; commit 2 takes `busy` and is held resetting it.
     store.shared.pins[busy as usize].fetch_sub(1, Ordering::AcqRel);
-    device.hold(busy);
-    let second = {
-        let store = store.clone();
-        thread::spawn(move || store.commit_for_resets())
-    };
-    device.wait_for_reset_of(busy);
+    let second = commit_held_at(&store, &device, busy);
 
     // Commit 1 ends while commit 2 still resets `busy`.
     device.release(other);
