@@ -65,7 +65,13 @@ impl Store {
         if !h.write {
             return Err(Error::NotPermitted("writing"));
         }
-        let at = if h.append {
+        let append = h.append;
+        // Writes of one file are applied one at a time, as Linux's inode lock applies
+        // them: an append's offset is the end of every write before it.
+        while inner.open.get(&ino).is_some_and(|o| o.writing) {
+            inner = self.wait(inner)?;
+        }
+        let at = if append {
             inner.state.inode(ino)?.size
         } else {
             offset
@@ -89,9 +95,16 @@ impl Store {
         if inner.copy_into_window(ino, data, at)? {
             return Ok(at);
         }
+        inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
         drop(inner);
-        self.write_slow(ino, data, at)?;
-        Ok(at)
+        let written = self.write_slow(ino, data, at);
+        if let Ok(mut inner) = self.lock() {
+            if let Some(of) = inner.open.get_mut(&ino) {
+                of.writing = false;
+            }
+        }
+        self.notify();
+        written.map(|()| at)
     }
 
     /// The write path when the window does not simply take the bytes: windows are
