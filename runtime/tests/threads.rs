@@ -76,6 +76,41 @@ fn a_trap_or_exit_in_one_thread_ends_the_program_with_its_code() {
     }
 }
 
+#[test]
+fn threads_appending_to_one_file_never_write_over_each_other() {
+    const THREADS: u64 = 4;
+    // 40 records of 50,001 bytes a thread: the store's windows fill and start mid-record.
+    const SIZE: u64 = 2_000_040;
+    let tmp = tempfile::tempdir().unwrap();
+    let host = tmp.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    let mut dir_arg = host.into_os_string();
+    dir_arg.push("::/host");
+    for guest_dir in ["/data", "/host"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+            .arg("--device")
+            .arg(tmp.path().join("dev"))
+            .args(["--zone-size", "16", "--zones", "16"])
+            .arg("--dir")
+            .arg(&dir_arg)
+            .arg(valet_guests::THREADS_WRITER)
+            .args([guest_dir, &THREADS.to_string(), &SIZE.to_string(), "append"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{guest_dir}: {:?}\n{stdout}\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("160 appended records verified"),
+            "{guest_dir}: {stdout}"
+        );
+    }
+}
+
 /// A hand-written wasip1-threads module: `_start` spawns one thread, then waits forever
 /// (`park`) or spins forever (`spin`); the thread traps (`arg` 0) or exits with 9 (1).
 fn spawner(main_waits: &str, arg: i32) -> Vec<u8> {

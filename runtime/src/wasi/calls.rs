@@ -651,7 +651,7 @@ fn fd_fdstat_set_flags(w: &WasiCtx, fd: u32, flags: u16) -> R<()> {
     }
     match &d.kind {
         Kind::StoreFile(f) => f.handle.set_append(flags & fdflags::APPEND != 0)?,
-        Kind::HostFile(_) => {}
+        Kind::HostFile(f) => f.set_append(flags & fdflags::APPEND != 0)?,
         Kind::Stream(s) => s.set_nonblocking(flags & fdflags::NONBLOCK != 0)?,
         Kind::Listener(l) => l.set_nonblocking(flags & fdflags::NONBLOCK != 0)?,
         _ => return Err(Errno::BADF),
@@ -962,19 +962,24 @@ fn fd_write(
                 return Err(Errno::BADF);
             }
             // An append descriptor writes at the end, `fd_pwrite` too (as Linux's pwrite on
-            // an O_APPEND file, stock, and the store's append handles do).
+            // an O_APPEND file, stock, and the store's append handles do), through the
+            // kernel's append, so concurrent appenders never write over each other.
             let append = d.flags() & fdflags::APPEND != 0;
-            let mut at = match offset {
-                _ if append => f.file.metadata()?.len(),
-                Some(o) => o,
-                None => d.pos.load(Ordering::Acquire),
-            };
+            let mut at = offset.unwrap_or_else(|| d.pos.load(Ordering::Acquire));
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
-                match f.file.write_all_at(data, at) {
-                    Ok(()) => at += len as u64,
-                    Err(e) if total == 0 => return Err(e.into()),
+                let written = match append {
+                    true => f.append(data).map(|end| at = end),
+                    false => f
+                        .file
+                        .write_all_at(data, at)
+                        .map(|()| at += len as u64)
+                        .map_err(Errno::from),
+                };
+                match written {
+                    Ok(()) => {}
+                    Err(e) if total == 0 => return Err(e),
                     Err(_) => break,
                 }
                 total += len;
@@ -1212,7 +1217,7 @@ fn path_open(
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
     let kind = match dir {
         DirRef::Store(s) => s.open(&path, follow, of, read, write, append)?,
-        DirRef::Host(h) => h.open(&path, follow, of, read, write)?,
+        DirRef::Host(h) => h.open(&path, follow, of, read, write, append)?,
     };
     let is_dir = matches!(kind, Kind::StoreDir(_) | Kind::HostDir(_));
     let mut desc = Desc::new(kind, if is_dir { 0 } else { fdf });

@@ -150,6 +150,7 @@ impl HostDir {
         of: u16,
         read: bool,
         write: bool,
+        append: bool,
     ) -> Result<Kind, Errno> {
         let want_dir = of & oflags::DIRECTORY != 0;
         if want_dir && of & (oflags::CREAT | oflags::TRUNC | oflags::EXCL) != 0 {
@@ -179,7 +180,13 @@ impl HostDir {
         } else if want_dir {
             Err(Errno::NOTDIR)
         } else {
-            Ok(Kind::HostFile(HostFile { file }))
+            let file = HostFile { file };
+            // O_APPEND is set after the open: std refuses append with truncate, which
+            // Linux allows.
+            if append && write {
+                file.set_append(true)?;
+            }
+            Ok(Kind::HostFile(file))
         }
     }
 
@@ -306,5 +313,41 @@ impl HostFile {
 
     pub fn set_times(&self, atim: Option<TimeSpec>, mtim: Option<TimeSpec>) -> Result<(), Errno> {
         futimens(self.file.as_raw_fd(), atim, mtim)
+    }
+
+    /// Turns the host descriptor's `O_APPEND` on or off (`fd_fdstat_set_flags`): an append
+    /// descriptor's writes go through the kernel's append, which places each at the end of
+    /// every write before it, whichever thread or process made that one.
+    pub fn set_append(&self, append: bool) -> Result<(), Errno> {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: F_GETFL and F_SETFL on a descriptor this file owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        let wanted = if append {
+            flags | libc::O_APPEND
+        } else {
+            flags & !libc::O_APPEND
+        };
+        // SAFETY: as above.
+        if wanted != flags && unsafe { libc::fcntl(fd, libc::F_SETFL, wanted) } < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
+    /// Appends `data` at the end of the file with the kernel's `O_APPEND` (set by
+    /// [`HostDir::open`] or [`HostFile::set_append`]) and returns the offset after it: the
+    /// host descriptor's own position, which only appends move (every other call names
+    /// its offset).
+    pub fn append(&self, data: &[u8]) -> Result<u64, Errno> {
+        use std::io::{Seek, Write};
+        if data.is_empty() {
+            return Ok(self.file.metadata()?.len());
+        }
+        let mut file = &self.file;
+        file.write_all(data)?;
+        Ok(file.stream_position()?)
     }
 }

@@ -1,18 +1,27 @@
 //! A wasm32-wasip1-threads guest: THREADS threads (std::thread, i.e. wasi-threads) start
 //! together, each writing and fsyncing its own file DIR/thread-<t>.bin of SIZE bytes in
 //! 4 KiB writes; the main thread joins them and reads every file back.
-//! Usage: threads_writer DIR THREADS SIZE [trap|exit]
+//! Usage: threads_writer DIR THREADS SIZE [trap|exit|append]
 //!
 //! With `trap` (or `exit`), once every thread has synced its file, the last thread aborts
 //! (a wasm trap) or calls `exit(7)` while the main thread waits to join it: the host must
 //! end the whole program with that outcome instead of hanging or aborting itself.
 //!
+//! With `append`, the threads instead append SIZE bytes each, in records of [`RECORD`]
+//! bytes, to one file DIR/shared.log through descriptors of their own opened with
+//! `O_APPEND`; the main thread then checks that every record is there once, whole, and in
+//! its thread's order (appends never write over each other).
+//!
 //! Byte j of thread t's file is `pattern(t, j)` (the test computes the same).
 //! Exit codes: 0 good, 2 usage, 3 data mismatch, 4 a thread failed, 7 `exit` mode.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::sync::{Arc, Barrier};
+
+/// Bytes of one appended record: its thread and number (u32 little-endian each), then its
+/// fill byte. Spans a store window's end now and then.
+const RECORD: usize = 50_001;
 
 /// Byte `j` of thread `t`'s file.
 fn pattern(t: u64, j: u64) -> u8 {
@@ -22,13 +31,17 @@ fn pattern(t: u64, j: u64) -> u8 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 4 && args.len() != 5 {
-        eprintln!("usage: threads_writer DIR THREADS SIZE [trap|exit]");
+        eprintln!("usage: threads_writer DIR THREADS SIZE [trap|exit|append]");
         std::process::exit(2);
     }
     let end = args.get(4).cloned();
     let dir = args[1].clone();
     let threads: u64 = args[2].parse().expect("THREADS");
     let size: u64 = args[3].parse().expect("SIZE");
+    if end.as_deref() == Some("append") {
+        append_records(&dir, threads, size);
+        return;
+    }
 
     let start = Arc::new(Barrier::new(threads as usize));
     let synced = Arc::new(Barrier::new(threads as usize));
@@ -83,4 +96,62 @@ fn main() {
         }
     }
     println!("threads_writer: {threads} files verified");
+}
+
+/// The `append` mode (see the module docs).
+fn append_records(dir: &str, threads: u64, size: u64) {
+    let path = format!("{dir}/shared.log");
+    let records = size.div_ceil(RECORD as u64);
+    let start = Arc::new(Barrier::new(threads as usize));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (path, start) = (path.clone(), start.clone());
+            std::thread::spawn(move || {
+                let mut f = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)
+                    .expect("open for appending");
+                start.wait();
+                for k in 0..records {
+                    let mut record = vec![pattern(t, k); RECORD];
+                    record[..4].copy_from_slice(&(t as u32).to_le_bytes());
+                    record[4..8].copy_from_slice(&(k as u32).to_le_bytes());
+                    f.write_all(&record).expect("append");
+                }
+                f.sync_all().expect("fsync");
+            })
+        })
+        .collect();
+    if handles.into_iter().any(|h| h.join().is_err()) {
+        println!("threads_writer: a thread failed");
+        std::process::exit(4);
+    }
+    let mut data = Vec::new();
+    File::open(&path)
+        .and_then(|mut f| f.read_to_end(&mut data))
+        .expect("read back");
+    let mut next = vec![0u64; threads as usize];
+    let whole = data.len() as u64 == threads * records * RECORD as u64;
+    let in_order = whole
+        && data.chunks(RECORD).all(|record| {
+            let t = u32::from_le_bytes(record[..4].try_into().unwrap()) as u64;
+            let k = u32::from_le_bytes(record[4..8].try_into().unwrap()) as u64;
+            let ok = t < threads
+                && k == next[t as usize]
+                && record[8..].iter().all(|&b| b == pattern(t, k));
+            if ok {
+                next[t as usize] += 1;
+            }
+            ok
+        });
+    if !in_order {
+        println!(
+            "threads_writer: shared.log is wrong ({} bytes, {} expected)",
+            data.len(),
+            threads * records * RECORD as u64
+        );
+        std::process::exit(3);
+    }
+    println!("threads_writer: {} appended records verified", threads * records);
 }
