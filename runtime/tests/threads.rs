@@ -76,8 +76,11 @@ fn a_trap_or_exit_in_one_thread_ends_the_program_with_its_code() {
     }
 }
 
+/// Four threads write records to one file, through append descriptors of their own or
+/// through one shared descriptor at its position, on the store and on a host directory:
+/// every record lands whole, once, after every write before it.
 #[test]
-fn threads_appending_to_one_file_never_write_over_each_other() {
+fn threads_writing_to_one_file_never_write_over_each_other() {
     const THREADS: u64 = 4;
     // 40 records of 50,001 bytes a thread: the store's windows fill and start mid-record.
     const SIZE: u64 = 2_000_040;
@@ -86,7 +89,12 @@ fn threads_appending_to_one_file_never_write_over_each_other() {
     std::fs::create_dir(&host).unwrap();
     let mut dir_arg = host.into_os_string();
     dir_arg.push("::/host");
-    for guest_dir in ["/data", "/host"] {
+    for (guest_dir, mode) in [
+        ("/data", "append"),
+        ("/host", "append"),
+        ("/data", "shared"),
+        ("/host", "shared"),
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
             .arg("--device")
             .arg(tmp.path().join("dev"))
@@ -94,7 +102,7 @@ fn threads_appending_to_one_file_never_write_over_each_other() {
             .arg("--dir")
             .arg(&dir_arg)
             .arg(valet_guests::THREADS_WRITER)
-            .args([guest_dir, &THREADS.to_string(), &SIZE.to_string(), "append"])
+            .args([guest_dir, &THREADS.to_string(), &SIZE.to_string(), mode])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -794,7 +794,8 @@ fn fd_read(
             if !d.read {
                 return Err(Errno::BADF);
             }
-            let mut at = offset.unwrap_or_else(|| d.pos.load(Ordering::Acquire));
+            let mut held = offset.is_none().then(|| d.position());
+            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let got = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
@@ -815,8 +816,8 @@ fn fd_read(
                     break;
                 }
             }
-            if offset.is_none() {
-                d.pos.store(at, Ordering::Release);
+            if let Some(pos) = held.as_deref_mut() {
+                *pos = at;
             }
         }
         Kind::Stdin | Kind::Stream(_) => {
@@ -927,7 +928,8 @@ fn fd_write(
     let mut total = 0u32;
     match &d.kind {
         Kind::StoreFile(f) => {
-            let mut at = offset.unwrap_or_else(|| d.pos.load(Ordering::Acquire));
+            let mut held = offset.is_none().then(|| d.position());
+            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
@@ -953,8 +955,8 @@ fn fd_write(
                 }
                 total += len;
             }
-            if offset.is_none() {
-                d.pos.store(at, Ordering::Release);
+            if let Some(pos) = held.as_deref_mut() {
+                *pos = at;
             }
         }
         Kind::HostFile(f) => {
@@ -965,7 +967,8 @@ fn fd_write(
             // an O_APPEND file, stock, and the store's append handles do), through the
             // kernel's append, so concurrent appenders never write over each other.
             let append = d.flags() & fdflags::APPEND != 0;
-            let mut at = offset.unwrap_or_else(|| d.pos.load(Ordering::Acquire));
+            let mut held = offset.is_none().then(|| d.position());
+            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
@@ -984,8 +987,8 @@ fn fd_write(
                 }
                 total += len;
             }
-            if offset.is_none() {
-                d.pos.store(at, Ordering::Release);
+            if let Some(pos) = held.as_deref_mut() {
+                *pos = at;
             }
         }
         Kind::Stdout | Kind::Stderr | Kind::Stream(_) => {
@@ -1053,9 +1056,10 @@ fn fd_seek(w: &WasiCtx, fd: u32, offset: i64, wh: u8) -> R<u64> {
         Kind::StoreDir(_) | Kind::HostDir(_) => return Err(Errno::BADF),
         _ => return Err(Errno::SPIPE),
     }
+    let mut pos = d.position();
     let base = match wh {
         whence::SET => 0,
-        whence::CUR => d.pos.load(Ordering::Acquire),
+        whence::CUR => *pos,
         whence::END => size()?,
         _ => return Err(Errno::INVAL),
     };
@@ -1063,7 +1067,7 @@ fn fd_seek(w: &WasiCtx, fd: u32, offset: i64, wh: u8) -> R<u64> {
     if new > i64::MAX as u64 {
         return Err(Errno::INVAL);
     }
-    d.pos.store(new, Ordering::Release);
+    *pos = new;
     Ok(new)
 }
 

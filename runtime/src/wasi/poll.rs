@@ -93,12 +93,12 @@ pub fn poll_oneoff(
                     Ok(d) => match (&d.kind, tag) {
                         (Kind::StoreFile(f), EVENT_FD_READ) => {
                             let size = f.size().unwrap_or(0);
-                            let pos = d.pos.load(std::sync::atomic::Ordering::Acquire);
+                            let pos = *d.position();
                             ready(Errno::SUCCESS, size.saturating_sub(pos))
                         }
                         (Kind::HostFile(f), EVENT_FD_READ) => {
                             let size = f.file.metadata().map(|m| m.len()).unwrap_or(0);
-                            let pos = d.pos.load(std::sync::atomic::Ordering::Acquire);
+                            let pos = *d.position();
                             ready(Errno::SUCCESS, size.saturating_sub(pos))
                         }
                         (Kind::StoreFile(_) | Kind::HostFile(_), _) => ready(Errno::SUCCESS, 0),

@@ -6,8 +6,8 @@
 //! read of stdin, an fsync) never holds the table against other threads.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::abi::Errno;
 use super::host_fs::{HostDir, HostFile};
@@ -35,8 +35,10 @@ pub struct Desc {
     pub preopen: Option<String>,
     /// `fdflags` as the guest last set them.
     pub flags: AtomicU16,
-    /// The file position (files only).
-    pub pos: AtomicU64,
+    /// The file position (files only). A read or write at the position holds it for the
+    /// whole call, as Linux's `f_pos_lock` does, so threads sharing a descriptor never read
+    /// or write the same bytes twice; see [`Desc::position`].
+    pos: Mutex<u64>,
     /// Opened for reading / for writing (what `fd_fdstat_get` reports as rights).
     pub read: bool,
     pub write: bool,
@@ -48,7 +50,7 @@ impl Desc {
             kind,
             preopen: None,
             flags: AtomicU16::new(flags),
-            pos: AtomicU64::new(0),
+            pos: Mutex::new(0),
             read: true,
             write: true,
         }
@@ -56,6 +58,12 @@ impl Desc {
 
     pub fn flags(&self) -> u16 {
         self.flags.load(Ordering::Relaxed)
+    }
+
+    /// The file position, held until the guard drops. A call that panicked while holding
+    /// it left a position, not a broken invariant: it is used as is.
+    pub fn position(&self) -> MutexGuard<'_, u64> {
+        self.pos.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

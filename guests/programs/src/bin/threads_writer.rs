@@ -1,7 +1,7 @@
 //! A wasm32-wasip1-threads guest: THREADS threads (std::thread, i.e. wasi-threads) start
 //! together, each writing and fsyncing its own file DIR/thread-<t>.bin of SIZE bytes in
 //! 4 KiB writes; the main thread joins them and reads every file back.
-//! Usage: threads_writer DIR THREADS SIZE [trap|exit|append]
+//! Usage: threads_writer DIR THREADS SIZE [trap|exit|append|shared]
 //!
 //! With `trap` (or `exit`), once every thread has synced its file, the last thread aborts
 //! (a wasm trap) or calls `exit(7)` while the main thread waits to join it: the host must
@@ -10,7 +10,10 @@
 //! With `append`, the threads instead append SIZE bytes each, in records of [`RECORD`]
 //! bytes, to one file DIR/shared.log through descriptors of their own opened with
 //! `O_APPEND`; the main thread then checks that every record is there once, whole, and in
-//! its thread's order (appends never write over each other).
+//! its thread's order (appends never write over each other). With `shared`, they write
+//! the same records through one descriptor opened without `O_APPEND`, at its position (as
+//! a Rust program sharing an `Arc<File>` does): each write moves the position past itself
+//! before the next begins, as POSIX says of `write`, so the file ends the same.
 //!
 //! Byte j of thread t's file is `pattern(t, j)` (the test computes the same).
 //! Exit codes: 0 good, 2 usage, 3 data mismatch, 4 a thread failed, 7 `exit` mode.
@@ -31,15 +34,15 @@ fn pattern(t: u64, j: u64) -> u8 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 4 && args.len() != 5 {
-        eprintln!("usage: threads_writer DIR THREADS SIZE [trap|exit|append]");
+        eprintln!("usage: threads_writer DIR THREADS SIZE [trap|exit|append|shared]");
         std::process::exit(2);
     }
     let end = args.get(4).cloned();
     let dir = args[1].clone();
     let threads: u64 = args[2].parse().expect("THREADS");
     let size: u64 = args[3].parse().expect("SIZE");
-    if end.as_deref() == Some("append") {
-        append_records(&dir, threads, size);
+    if let Some(mode @ ("append" | "shared")) = end.as_deref() {
+        append_records(&dir, threads, size, mode == "shared");
         return;
     }
 
@@ -98,26 +101,26 @@ fn main() {
     println!("threads_writer: {threads} files verified");
 }
 
-/// The `append` mode (see the module docs).
-fn append_records(dir: &str, threads: u64, size: u64) {
+/// The `append` and `shared` modes (see the module docs).
+fn append_records(dir: &str, threads: u64, size: u64, shared: bool) {
     let path = format!("{dir}/shared.log");
     let records = size.div_ceil(RECORD as u64);
     let start = Arc::new(Barrier::new(threads as usize));
+    let one = shared.then(|| Arc::new(File::create(&path).expect("create")));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (path, start) = (path.clone(), start.clone());
+            let (path, start, one) = (path.clone(), start.clone(), one.clone());
             std::thread::spawn(move || {
-                let mut f = OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(&path)
-                    .expect("open for appending");
+                let f = one.unwrap_or_else(|| {
+                    let own = OpenOptions::new().append(true).create(true).open(&path);
+                    Arc::new(own.expect("open for appending"))
+                });
                 start.wait();
                 for k in 0..records {
                     let mut record = vec![pattern(t, k); RECORD];
                     record[..4].copy_from_slice(&(t as u32).to_le_bytes());
                     record[4..8].copy_from_slice(&(k as u32).to_le_bytes());
-                    f.write_all(&record).expect("append");
+                    (&*f).write_all(&record).expect("append");
                 }
                 f.sync_all().expect("fsync");
             })
