@@ -66,11 +66,8 @@ impl Store {
             return Err(Error::NotPermitted("writing"));
         }
         let append = h.append;
-        // Writes of one file are applied one at a time, as Linux's inode lock applies
-        // them: an append's offset is the end of every write before it.
-        while inner.open.get(&ino).is_some_and(|o| o.writing) {
-            inner = self.wait(inner)?;
-        }
+        // An append's offset is the end of every write before it.
+        inner = self.wait_for_writes(inner, ino)?;
         let at = if append {
             inner.state.inode(ino)?.size
         } else {
@@ -98,13 +95,30 @@ impl Store {
         inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
         drop(inner);
         let written = self.write_slow(ino, data, at);
+        self.end_writing(ino);
+        written.map(|()| at)
+    }
+
+    /// Waits until no write or size change of `ino` is under way (see the module docs).
+    fn wait_for_writes<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        ino: Ino,
+    ) -> Result<MutexGuard<'a, Inner>> {
+        while inner.open.get(&ino).is_some_and(|o| o.writing) {
+            inner = self.wait(inner)?;
+        }
+        Ok(inner)
+    }
+
+    /// Ends the write or size change of `ino` that set its `writing` flag.
+    fn end_writing(&self, ino: Ino) {
         if let Ok(mut inner) = self.lock() {
             if let Some(of) = inner.open.get_mut(&ino) {
                 of.writing = false;
             }
         }
         self.notify();
-        written.map(|()| at)
     }
 
     /// The write path when the window does not simply take the bytes: windows are
@@ -813,6 +827,19 @@ impl Store {
             }
             return self.with(|inner| inner.set_len_conventional_host(ino, size));
         }
+        // The file's writes wait meanwhile, as Linux's inode lock makes them: else a
+        // writer that never pauses keeps the flush below from ending, and an append that
+        // took its offset before the new size lands past it.
+        let mut inner = self.wait_for_writes(self.lock()?, ino)?;
+        inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
+        drop(inner);
+        let changed = self.set_len_zoned(ino, size);
+        self.end_writing(ino);
+        changed
+    }
+
+    /// [`Store::set_len`] of a file in the zones, with the file's `writing` flag set.
+    fn set_len_zoned(&self, ino: Ino, size: u64) -> Result<()> {
         // Everything buffered goes to the device first.
         let mut inner = loop {
             self.flush_file(ino)?;

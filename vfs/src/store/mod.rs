@@ -30,11 +30,12 @@
 //! - **A file's window** is changed only under `inner`. A thread that must do device I/O
 //!   to change it (read the prefix of a new window, the padding of a last block) first sets
 //!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
-//! - **A file's writes** are applied one at a time, as Linux's inode lock applies them.
-//!   One that fits the window is copied under `inner`; one that does not sets the file's
-//!   `writing` flag for its whole slow path (which releases `inner` between windows), and
-//!   the file's other writes wait for it before they decide their offset, so an append
-//!   always starts at the end of every write before it.
+//! - **A file's writes and size changes** are applied one at a time, as Linux's inode
+//!   lock applies them. A write that fits the window is copied under `inner`; one that
+//!   does not, and every `set_len`, sets the file's `writing` flag for its whole course
+//!   (which releases `inner` between steps), and the file's other writes and size changes
+//!   wait for it before they decide their offset, so an append always starts at the end
+//!   of every write and truncation before it.
 //! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
 //!   thread (`writing`; one thread may own a run of small ones from the front and write
 //!   them as one device write), and recorded in that order, so a file's extents are mapped
@@ -249,8 +250,9 @@ struct OpenFile {
     inflight: VecDeque<Detached>,
     /// A thread is changing the window with device I/O (prefix or padding reads).
     busy: bool,
-    /// A write is in the slow path, its offset decided and its bytes not all in the window
-    /// yet: the file's other writes wait for it (see the module docs).
+    /// A write is in the slow path (its offset decided, its bytes not all in the window
+    /// yet) or the size is being changed: the file's other writes and size changes wait
+    /// for it (see the module docs).
     writing: bool,
     last_use: u64,
     /// Guest bytes written since the last `Written` event.
