@@ -665,44 +665,72 @@ fn concurrent_appends_never_write_over_each_other() {
 }
 
 /// One thread truncates a file to nothing every 300 µs while another appends records
-/// larger than a window to it, 40 MB in all on a 32 MiB device: the truncations are not
-/// starved (a writer that never paused kept `set_len`'s flush from ending, until the
-/// device filled and it failed with ENOSPC), and the file is whole records at the end.
+/// larger than a window to it, for a file in the zones (40 MB in all on a 32 MiB device) and
+/// a conventional one (a host file), in phases: truncations come between the appends (a
+/// writer that never paused kept `set_len`'s flush from ending, until the device filled and
+/// it failed with ENOSPC), and after each phase the file is whole records and, grown by a
+/// record, reads zeros there (no append that took its offset before a truncation landed
+/// after it).
 #[test]
 fn truncating_while_another_thread_appends_neither_starves_nor_tears_records() {
+    let host = tempfile::tempdir().unwrap();
     let dev = Faulty::new();
-    let store = mount(&dev);
+    let config = StoreConfig {
+        buffers: 16,
+        buffer_size: 64 * 1024,
+        conventional_dir: Some(host.path().to_path_buf()),
+        ..Default::default()
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
     let (_, root) = store.tenant("app").unwrap();
     let opts = OpenOptions {
         append: true,
         ..OpenOptions::create()
     };
-    let len = 100_003usize;
-    let appender = store.open_file(root, "log", opts).unwrap();
-    let truncator = store.open_file(root, "log", OpenOptions::create()).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let stop = done.clone();
-    let truncations = thread::spawn(move || {
-        while !stop.load(Ordering::SeqCst) {
+    // A conventional file's write is one host write: larger records widen its window.
+    for (name, len, phases) in [("log", 100_003usize, 20), ("CURRENT", 1_000_003, 30)] {
+        let appender = store.open_file(root, name, opts).unwrap();
+        let truncator = Arc::new(store.open_file(root, name, OpenOptions::create()).unwrap());
+        // Whether a truncation ever came between two appends: a starved one never does.
+        let (mut truncated_between, mut last_end) = (false, 0);
+        for phase in 0..phases {
+            let done = Arc::new(AtomicBool::new(false));
+            let (stop, t) = (done.clone(), truncator.clone());
+            let truncations = thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    t.set_len(0).unwrap();
+                    thread::sleep(Duration::from_micros(300));
+                }
+            });
+            for r in 0..20 {
+                let fill = (phase * 20 + r) % 250 + 1;
+                let at = appender.write_at(&vec![fill as u8; len], 0).unwrap();
+                truncated_between |= at < last_end;
+                last_end = at + len as u64;
+            }
+            done.store(true, Ordering::SeqCst);
+            truncations.join().unwrap();
+            let size = appender.metadata().unwrap().size as usize;
+            assert_eq!(size % len, 0, "{name}: a record was cut: size {size}");
+            truncator.set_len((size + len) as u64).unwrap();
+            let mut buf = vec![0u8; size + len];
+            assert_eq!(appender.read_at(&mut buf, 0).unwrap(), size + len);
+            for (i, record) in buf[..size].chunks(len).enumerate() {
+                assert!(
+                    record[0] != 0 && record.iter().all(|&b| b == record[0]),
+                    "{name}: record {i} is torn or zeros"
+                );
+            }
+            assert!(
+                buf[size..].iter().all(|&b| b == 0),
+                "{name}: an old record showed past the end"
+            );
             truncator.set_len(0).unwrap();
-            thread::sleep(Duration::from_micros(300));
+            last_end = 0;
         }
-    });
-    for r in 0..400usize {
-        appender
-            .write_at(&vec![(r % 250 + 1) as u8; len], 0)
-            .unwrap();
-    }
-    done.store(true, Ordering::SeqCst);
-    truncations.join().unwrap();
-    let size = appender.metadata().unwrap().size as usize;
-    assert_eq!(size % len, 0, "a record was cut: size {size}");
-    let mut buf = vec![0u8; size];
-    assert_eq!(appender.read_at(&mut buf, 0).unwrap(), size);
-    for (i, record) in buf.chunks(len).enumerate() {
         assert!(
-            record[0] != 0 && record.iter().all(|&b| b == record[0]),
-            "record {i} is torn or zeros"
+            truncated_between,
+            "{name}: no truncation came between appends"
         );
     }
 }

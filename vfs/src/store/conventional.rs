@@ -130,8 +130,9 @@ pub(super) fn read_host(file: &File, buf: &mut [u8], offset: u64) -> Result<usiz
 
 impl Store {
     /// A write to a conventional file: the size grows under the caller's lock, the bytes go
-    /// to the host file without it, and only then is the file marked dirty (so a sync that
-    /// began meanwhile cannot clear the mark before these bytes are in the file).
+    /// to the host file without it (the file's `writing` flag set meanwhile, so that a
+    /// truncation cannot come between), and only then is the file marked dirty (so a sync
+    /// that began meanwhile cannot clear the mark before these bytes are in the file).
     pub(super) fn write_conventional(
         &self,
         mut inner: MutexGuard<'_, Inner>,
@@ -148,13 +149,20 @@ impl Store {
             *inner.counters.conventional.entry(tenant).or_default() += data.len() as u64;
             file
         };
+        if let Some(of) = inner.open.get_mut(&ino) {
+            of.writing = true;
+        }
         drop(inner);
-        file.write_all_at(data, offset)?;
+        let written = file.write_all_at(data, offset);
         let mut inner = self.lock()?;
         if let Some(of) = inner.open.get_mut(&ino) {
+            of.writing = false;
+            // Even a failed write may have left some of its bytes.
             of.host_dirty = true;
         }
-        Ok(())
+        drop(inner);
+        self.notify();
+        Ok(written?)
     }
 
     /// Makes a conventional file's bytes durable (the fsync with the lock released) and

@@ -821,21 +821,26 @@ impl Store {
             }
             inner.state.inode(ino)?.hint.class == Class::Conventional
         };
-        if conventional {
-            if self.with(|inner| inner.set_len_conventional(ino, size))? {
-                self.commit()?;
-            }
-            return self.with(|inner| inner.set_len_conventional_host(ino, size));
-        }
         // The file's writes wait meanwhile, as Linux's inode lock makes them: else a
-        // writer that never pauses keeps the flush below from ending, and an append that
-        // took its offset before the new size lands past it.
+        // writer that never pauses keeps the flush of a file in the zones from ending, and
+        // a write that took its offset before the new size lands past it.
         let mut inner = self.wait_for_writes(self.lock()?, ino)?;
         inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
         drop(inner);
-        let changed = self.set_len_zoned(ino, size);
+        let changed = match conventional {
+            true => self.set_len_conventional(ino, size),
+            false => self.set_len_zoned(ino, size),
+        };
         self.end_writing(ino);
         changed
+    }
+
+    /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set.
+    fn set_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
+        if self.with(|inner| inner.set_len_conventional(ino, size))? {
+            self.commit()?;
+        }
+        self.with(|inner| inner.set_len_conventional_host(ino, size))
     }
 
     /// [`Store::set_len`] of a file in the zones, with the file's `writing` flag set.

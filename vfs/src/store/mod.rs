@@ -32,8 +32,9 @@
 //!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
 //! - **A file's writes and size changes** are applied one at a time, as Linux's inode
 //!   lock applies them. A write that fits the window is copied under `inner`; one that
-//!   does not, and every `set_len`, sets the file's `writing` flag for its whole course
-//!   (which releases `inner` between steps), and the file's other writes and size changes
+//!   does not, a write to a conventional file (its host write) and every `set_len` set
+//!   the file's `writing` flag for their whole course (which releases `inner` between
+//!   steps), and the file's other writes and size changes
 //!   wait for it before they decide their offset, so an append always starts at the end
 //!   of every write and truncation before it.
 //! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
