@@ -73,6 +73,10 @@ pub struct GuestSpec {
     /// module that needs more at start is refused, and a `memory.grow` past it fails (-1),
     /// as an allocation fails in a process at its cgroup's limit.
     pub memory_limit: Option<u64>,
+    /// The most threads a wasi-threads guest may run at once, its first included (a pod's
+    /// pids limit): a `thread-spawn` past it fails, as `clone` fails at a cgroup's pids
+    /// limit, and wasi-libc's `pthread_create` returns EAGAIN.
+    pub thread_limit: Option<u32>,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -295,6 +299,9 @@ pub struct Threads {
     memory: SharedMemory,
     wasi: Arc<WasiCtx>,
     next_tid: AtomicU32,
+    /// Threads running, the first included, and the most that may ([`GuestSpec::thread_limit`]).
+    running: AtomicU32,
+    limit: u32,
     end: Mutex<Option<End>>,
     ended: Condvar,
 }
@@ -323,8 +330,13 @@ impl Threads {
     /// `wasi::thread-spawn`: the new thread's id (1..2^29), or a negative number when no
     /// thread could be started.
     fn spawn(self: &Arc<Self>, start_arg: i32) -> i32 {
+        if self.running.fetch_add(1, Ordering::Relaxed) >= self.limit {
+            self.running.fetch_sub(1, Ordering::Relaxed);
+            return -1;
+        }
         let tid = self.next_tid.fetch_add(1, Ordering::Relaxed);
         if tid == 0 || tid >= 1 << 29 {
+            self.running.fetch_sub(1, Ordering::Relaxed);
             return -1;
         }
         let this = self.clone();
@@ -344,10 +356,14 @@ impl Threads {
                     Ok(()) => {}
                     Err(e) => this.finish(end_of(Err(e))),
                 }
+                this.running.fetch_sub(1, Ordering::Relaxed);
             });
         match started {
             Ok(_) => tid as i32,
-            Err(_) => -1,
+            Err(_) => {
+                self.running.fetch_sub(1, Ordering::Relaxed);
+                -1
+            }
         }
     }
 }
@@ -546,6 +562,8 @@ fn run_threaded(
         memory,
         wasi,
         next_tid: AtomicU32::new(1),
+        running: AtomicU32::new(1),
+        limit: spec.thread_limit.unwrap_or(u32::MAX),
         end: Mutex::new(None),
         ended: Condvar::new(),
     });

@@ -120,6 +120,11 @@ struct RunArgs {
     #[arg(long)]
     trap_unknown_imports: bool,
 
+    /// The most threads a wasi-threads guest may run at once, its first included: a
+    /// `thread-spawn` past it fails (`pthread_create` returns EAGAIN).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_threads: Option<u32>,
+
     /// A TCP listener for the guest (IP:PORT), preopened as a descriptor after the
     /// directories, for `sock_accept`.
     #[arg(long = "tcplisten", value_name = "ADDR")]
@@ -381,6 +386,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
                 .collect::<Result<_>>()?,
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
+            thread_limit: cli.max_threads,
             stop: cli.timeout.map(|_| Arc::new(Stop::default())),
             ..GuestSpec::default()
         };

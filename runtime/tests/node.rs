@@ -149,6 +149,7 @@ fn create_with(
         content_store: false,
         module_fd: false,
         memory_limit,
+        pids_limit: None,
     });
     let stdio = [None, Some(out_w), Some(err_w)];
     proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
@@ -315,6 +316,7 @@ fn bad_requests_fail_at_create_with_one_line() {
         content_store: false,
         module_fd: false,
         memory_limit: None,
+        pids_limit: None,
     });
     proto::send(
         &conn,

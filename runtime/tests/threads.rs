@@ -141,6 +141,65 @@ fn spawner(main_waits: &str, arg: i32) -> Vec<u8> {
     .unwrap()
 }
 
+/// A hand-written wasip1-threads module: `_start` starts threads until 20 have started
+/// (retrying a refused `thread-spawn`, up to 100,000 tries) and exits with how many did.
+/// Each thread parks forever (`park`) or returns at once.
+fn thread_counter(threads_park: bool) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+          (import "wasi" "thread-spawn" (func $spawn (param i32) (result i32)))
+          (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+          (import "env" "memory" (memory 1 1 shared))
+          (func (export "wasi_thread_start") (param $tid i32) (param $park i32)
+            (if (local.get $park)
+              (then (drop (memory.atomic.wait32 (i32.const 64) (i32.const 0) (i64.const -1))))))
+          (func (export "_start") (local $started i32) (local $tries i32)
+            (block $done
+              (loop $again
+                (br_if $done (i32.ge_u (local.get $started) (i32.const 20)))
+                (br_if $done (i32.ge_u (local.get $tries) (i32.const 100000)))
+                (local.set $tries (i32.add (local.get $tries) (i32.const 1)))
+                (if (i32.gt_s (call $spawn (i32.const {park})) (i32.const 0))
+                  (then (local.set $started (i32.add (local.get $started) (i32.const 1)))))
+                (br $again)))
+            (call $exit (local.get $started))))"#,
+        park = threads_park as i32
+    ))
+    .unwrap()
+}
+
+/// `--max-threads` (a pod's pids limit in the node agent) bounds the threads running at
+/// once, the first included; a thread that ended frees its place.
+#[test]
+fn max_threads_bounds_the_threads_running_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (park, limit, started) in [
+        (true, Some("5"), 4),
+        (false, Some("5"), 20),
+        (true, None, 20),
+    ] {
+        let app = tmp.path().join(format!("counter-{park}.wasm"));
+        std::fs::write(&app, thread_counter(park)).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
+        command.arg("--device").arg(tmp.path().join("dev")).args([
+            "--zone-size",
+            "16",
+            "--zones",
+            "16",
+        ]);
+        if let Some(limit) = limit {
+            command.args(["--max-threads", limit]);
+        }
+        let out = command.arg(&app).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(started),
+            "threads park: {park}, --max-threads {limit:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_spawned_thread_ends_a_parked_or_spinning_main_thread() {
     let tmp = tempfile::tempdir().unwrap();

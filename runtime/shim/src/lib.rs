@@ -4,7 +4,8 @@
 //! The node's device has one owner, the node agent (`valet-run node`, a DaemonSet in a
 //! cluster; see `valet_runtime::node` for why and how it runs pods). This shim runs no
 //! guest: for each container it reads the bundle's OCI spec (`config.json`: process args
-//! and env, rootfs, annotations, the memory limit, which caps the guest's linear memory),
+//! and env, rootfs, annotations, the memory limit, which caps the guest's linear memory, and
+//! the pids limit, which bounds its threads),
 //! checks the `valet.io/*` annotations
 //! (`valet_runtime::node::pod`), and hands the agent, over its Unix socket, the request and
 //! the container's rootfs directory and stdio fifos as open descriptors. The agent prepares
@@ -233,6 +234,20 @@ fn memory_limit(spec: &Spec) -> Option<u64> {
     u64::try_from(limit).ok().filter(|&l| l > 0)
 }
 
+/// The container's pids limit (`linux.resources.pids.limit`, which kubelet sets from its
+/// pod pids limit): the most threads its guest may run; none, zero or -1 is no limit.
+fn pids_limit(spec: &Spec) -> Option<u32> {
+    let limit = spec
+        .linux()
+        .as_ref()?
+        .resources()
+        .as_ref()?
+        .pids()
+        .as_ref()?
+        .limit();
+    u32::try_from(limit.max(0)).ok().filter(|&l| l > 0)
+}
+
 /// Reads what the container runs, checks it, and has the agent prepare it.
 async fn create(
     id: &str,
@@ -318,6 +333,7 @@ async fn create(
         content_store: true,
         module_fd: module_file.is_some(),
         memory_limit: memory_limit(spec),
+        pids_limit: pids_limit(spec),
     });
     let mut fds = valet_runtime::node::create_fds(&rootfs, &stdio);
     fds.extend(module_file.as_ref().map(|f| f.as_fd()));
@@ -397,6 +413,22 @@ mod tests {
             serde_json::json!({}),
         ] {
             assert_eq!(memory_limit(&spec(unlimited.clone())), None, "{unlimited}");
+        }
+    }
+
+    #[test]
+    fn the_thread_limit_comes_from_the_spec_pids_limit() {
+        let limited = spec(serde_json::json!({ "resources": { "pids": { "limit": 32 } } }));
+        assert_eq!(pids_limit(&limited), Some(32));
+        let huge = spec(serde_json::json!({ "resources": { "pids": { "limit": 1u64 << 40 } } }));
+        assert_eq!(pids_limit(&huge), None);
+        for unlimited in [
+            serde_json::json!({ "resources": { "pids": { "limit": -1 } } }),
+            serde_json::json!({ "resources": { "pids": { "limit": 0 } } }),
+            serde_json::json!({ "resources": {} }),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(pids_limit(&spec(unlimited.clone())), None, "{unlimited}");
         }
     }
 }

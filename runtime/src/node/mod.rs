@@ -346,6 +346,7 @@ impl Agent {
             stdio,
             space_limit,
             memory_limit: req.memory_limit,
+            thread_limit: req.pids_limit,
             ..GuestSpec::default()
         };
         Ok(Prepared { module, spec })

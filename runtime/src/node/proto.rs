@@ -74,6 +74,11 @@ pub struct Create {
     /// linear memory its guest may have (see [`crate::host::GuestSpec::memory_limit`]).
     #[serde(default)]
     pub memory_limit: Option<u64>,
+    /// The container's pids limit (the OCI spec's `linux.resources.pids.limit`, from
+    /// kubelet's pod pids limit): the most threads its guest may run at once (see
+    /// [`crate::host::GuestSpec::thread_limit`]).
+    #[serde(default)]
+    pub pids_limit: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -254,6 +259,7 @@ mod tests {
             content_store: false,
             module_fd: false,
             memory_limit: Some(64 << 20),
+            pids_limit: Some(32),
         });
         send(&a, &msg, &[w.as_fd()]).unwrap();
         send(&a, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
