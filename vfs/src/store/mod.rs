@@ -30,6 +30,10 @@
 //! - **A file's window** is changed only under `inner`. A thread that must do device I/O
 //!   to change it (read the prefix of a new window, the padding of a last block) first sets
 //!   the file's `busy` flag; other writers of that file wait for it (`Shared::changed`).
+//!   A write of 64 KiB or more is copied into the window with `inner` released: the
+//!   window's buffer is lent out of it (an empty placeholder stands in) and the file is
+//!   busy until the buffer is back; readers of the file wait for it meanwhile, and nothing
+//!   else touches a busy file's window.
 //! - **A file's writes and size changes** are applied one at a time, as Linux's inode
 //!   lock applies them. A write that fits the window is copied under `inner`; one that
 //!   does not, a write to a conventional file (its host write) and every `set_len` set

@@ -13,9 +13,9 @@
 use std::sync::{LockResult, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
-/// How long a thread tries for the lock before it sleeps on it: about twice the longest
-/// memory work done under it (a 512 KiB copy into a window, 12–18 µs here), and short
-/// beside what sleeping costs where runnable threads outnumber cores.
+/// How long a thread tries for the lock before it sleeps on it: about twice what a 512 KiB
+/// copy into a window took under it (12–18 µs here; such copies now run with it released),
+/// and short beside what sleeping costs where runnable threads outnumber cores.
 const SPIN: Duration = Duration::from_micros(30);
 
 /// Tries between two looks at the clock.
