@@ -44,10 +44,17 @@ pub enum Error {
     Stopped(String),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// The I/O error is in the message, not its source: one line shows it once.
     #[error("host I/O: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("too many levels of symbolic links")]
     Loop,
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
 }
 
 impl Error {

@@ -170,8 +170,15 @@ pub enum DeviceError {
     BadGeometry(String),
     #[error("image {path}: {why}")]
     BadImage { path: String, why: String },
+    /// The I/O error is in the message, not its source: one line shows it once.
     #[error("device I/O: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for DeviceError {
+    fn from(e: std::io::Error) -> Self {
+        DeviceError::Io(e)
+    }
 }
 
 /// Who a data zone was given to: what a device that places data by more than its address
