@@ -121,7 +121,8 @@ struct RunArgs {
     trap_unknown_imports: bool,
 
     /// The most threads a wasi-threads guest may run at once, its first included: a
-    /// `thread-spawn` past it fails (`pthread_create` returns EAGAIN).
+    /// `thread-spawn` past it fails (`pthread_create` returns EAGAIN). With `--tenants`,
+    /// for each tenant that sets no `max_threads` of its own.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_threads: Option<u32>,
 
@@ -351,7 +352,10 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         );
     }
     let code = if let Some(file) = &cli.tenants {
-        let list = tenants::load(file)?;
+        let mut list = tenants::load(file)?;
+        for t in &mut list {
+            t.max_threads = t.max_threads.or(cli.max_threads);
+        }
         let exits = tenants::run(&store, &registry, &list)?;
         tenants::exit_code(exits)
     } else {

@@ -8,6 +8,7 @@
 //! policy = "rocks"              # optional; a built-in name or FILE.wasm, as --policy
 //! mount = "/data"               # optional; where the tenant's root appears in its guest
 //! env = { K = "V" }             # optional
+//! max_threads = 16              # optional; threads the guest may run at once (as --max-threads)
 //! ```
 //!
 //! Each tenant runs in its own thread with its own wasmtime store and WASI context, on one
@@ -62,6 +63,10 @@ pub struct TenantConfig {
     pub mount: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The most threads the guest may run at once ([`GuestSpec::thread_limit`]); a tenant
+    /// without one takes `valet-run --max-threads`, if given.
+    #[serde(default)]
+    pub max_threads: Option<u32>,
 }
 
 impl TenantConfig {
@@ -89,6 +94,13 @@ pub fn load(path: &Path) -> Result<Vec<TenantConfig>> {
         }
         if !names.insert(t.name.clone()) {
             bail!("{}: tenant {:?} is listed twice", path.display(), t.name);
+        }
+        if t.max_threads == Some(0) {
+            bail!(
+                "{}: tenant {:?}: max_threads must be at least 1",
+                path.display(),
+                t.name
+            );
         }
         if t.app.is_relative() {
             t.app = base.join(&t.app);
@@ -189,6 +201,7 @@ pub fn run(
                 guest_path: t.mount().to_string(),
             }],
             trap_unknown_imports: false,
+            thread_limit: t.max_threads,
             ..GuestSpec::default()
         };
         prepared.push((t.name.clone(), engine, module, spec));

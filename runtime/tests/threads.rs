@@ -168,8 +168,9 @@ fn thread_counter(threads_park: bool) -> Vec<u8> {
     .unwrap()
 }
 
-/// `--max-threads` (a pod's pids limit in the node agent) bounds the threads running at
-/// once, the first included; a thread that ended frees its place.
+/// `--max-threads` (a pod's pids limit in the node agent, a tenant's `max_threads` under
+/// `--tenants`) bounds the threads running at once, the first included; a thread that
+/// ended frees its place.
 #[test]
 fn max_threads_bounds_the_threads_running_at_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -196,6 +197,29 @@ fn max_threads_bounds_the_threads_running_at_once() {
             out.status.code(),
             Some(started),
             "threads park: {park}, --max-threads {limit:?}: {stderr}"
+        );
+    }
+    // Under --tenants: a tenant's own max_threads, else --max-threads.
+    let app = tmp.path().join("counter-true.wasm");
+    for (key, flag, started) in [("max_threads = 3", None, 2), ("", Some("4"), 3)] {
+        let file = tmp.path().join("tenants.toml");
+        let toml = format!("[[tenant]]\nname = \"t\"\napp = {app:?}\n{key}\n");
+        std::fs::write(&file, toml).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
+        command
+            .arg("--device")
+            .arg(tmp.path().join("dev"))
+            .arg("--tenants")
+            .arg(&file);
+        if let Some(limit) = flag {
+            command.args(["--max-threads", limit]);
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(started),
+            "{key:?} {flag:?}: {stderr}"
         );
     }
 }
