@@ -119,6 +119,17 @@ fn mount(dev: &Arc<Faulty>) -> Store {
     Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
 }
 
+/// As [`mount`], with the conventional area (files a policy keeps in place) in `host`.
+fn mount_with_host_files(dev: &Arc<Faulty>, host: &std::path::Path) -> Store {
+    let config = StoreConfig {
+        buffers: 16,
+        buffer_size: 64 * 1024,
+        conventional_dir: Some(host.to_path_buf()),
+        ..Default::default()
+    };
+    Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+}
+
 #[test]
 fn a_read_does_not_wait_for_another_files_slow_sync() {
     let dev = Faulty::new();
@@ -166,13 +177,7 @@ fn a_read_does_not_wait_for_a_large_write_to_a_conventional_file() {
     const BIG: usize = 256 << 20;
     let host = tempfile::tempdir().unwrap();
     let dev = Faulty::new();
-    let config = StoreConfig {
-        buffers: 16,
-        buffer_size: 64 * 1024,
-        conventional_dir: Some(host.path().to_path_buf()),
-        ..Default::default()
-    };
-    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let store = mount_with_host_files(&dev, host.path());
     let (_, root) = store.tenant("app").unwrap();
     let data = vec![7u8; 100_000];
     let table = store
@@ -675,13 +680,7 @@ fn concurrent_appends_never_write_over_each_other() {
 fn truncating_while_another_thread_appends_neither_starves_nor_tears_records() {
     let host = tempfile::tempdir().unwrap();
     let dev = Faulty::new();
-    let config = StoreConfig {
-        buffers: 16,
-        buffer_size: 64 * 1024,
-        conventional_dir: Some(host.path().to_path_buf()),
-        ..Default::default()
-    };
-    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let store = mount_with_host_files(&dev, host.path());
     let (_, root) = store.tenant("app").unwrap();
     let opts = OpenOptions {
         append: true,
