@@ -808,3 +808,57 @@ fn readers_see_every_acknowledged_byte_while_large_writes_are_copied() {
         reader.join().unwrap();
     }
 }
+
+/// `allocate` (`posix_fallocate`) from one thread, asked for sizes a little past what it
+/// last saw, while another appends records: it grows the file with zeros when it comes
+/// first, and never cuts an append that landed after it read the size.
+#[test]
+fn allocating_while_another_thread_appends_never_cuts_an_append() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = Faulty::new();
+    let store = mount_with_host_files(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let opts = OpenOptions {
+        append: true,
+        ..OpenOptions::create()
+    };
+    for (name, len) in [("log", 100_003usize), ("CURRENT", 30_001)] {
+        let appender = store.open_file(root, name, opts).unwrap();
+        let allocator = store.open_file(root, name, OpenOptions::create()).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = done.clone();
+        let allocations = thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let seen = allocator.metadata().unwrap().size;
+                allocator.allocate(seen + 1000).unwrap();
+            }
+        });
+        for r in 0..200 {
+            appender
+                .write_at(&vec![(r % 250 + 1) as u8; len], 0)
+                .unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        allocations.join().unwrap();
+        let size = appender.metadata().unwrap().size as usize;
+        let mut buf = vec![0u8; size];
+        assert_eq!(appender.read_at(&mut buf, 0).unwrap(), size);
+        // Whole records in order, with zeros only between them.
+        let (mut at, mut next) = (0, 0usize);
+        while at < size {
+            if buf[at] == 0 {
+                at += 1;
+                continue;
+            }
+            let record = &buf[at..(at + len).min(size)];
+            let fill = (next % 250 + 1) as u8;
+            assert!(
+                record.len() == len && record.iter().all(|&b| b == fill),
+                "{name}: record {next} at {at} is cut or torn"
+            );
+            at += len;
+            next += 1;
+        }
+        assert_eq!(next, 200, "{name}: records missing");
+    }
+}

@@ -558,10 +558,16 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
     if !d.write {
         return Err(Errno::BADF);
     }
-    if matches!(d.kind, Kind::StoreFile(_)) {
-        w.charge(end - size)?;
+    // Growing only, decided with the file's other writes held off (the size read above
+    // may be stale): an append that landed meanwhile is never cut.
+    match &d.kind {
+        Kind::StoreFile(f) => {
+            w.charge(end - size)?;
+            Ok(f.handle.allocate(end)?)
+        }
+        Kind::HostFile(f) => f.allocate(offset, len),
+        _ => Err(Errno::BADF),
     }
-    set_size(&d, end)
 }
 
 /// Closes a descriptor taken out of the table. A store file is closed here when this was

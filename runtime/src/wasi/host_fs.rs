@@ -315,6 +315,19 @@ impl HostFile {
         futimens(self.file.as_raw_fd(), atim, mtim)
     }
 
+    /// `fd_allocate`: the host's `posix_fallocate`, which grows the file and never shrinks
+    /// it, whatever another writer did meanwhile.
+    pub fn allocate(&self, offset: u64, len: u64) -> Result<(), Errno> {
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(Errno::FBIG);
+        };
+        // SAFETY: a descriptor this file owns; posix_fallocate returns the error number.
+        match unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset, len) } {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e).into()),
+        }
+    }
+
     /// Turns the host descriptor's `O_APPEND` on or off (`fd_fdstat_set_flags`): an append
     /// descriptor's writes go through the kernel's append, which places each at the end of
     /// every write before it, whichever thread or process made that one.

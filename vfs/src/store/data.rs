@@ -853,6 +853,18 @@ impl Store {
     /// size: were the size durable with the old bytes still in that block, a crash would let
     /// them reappear when the file grows.
     pub(super) fn set_len(&self, id: u64, ino: Ino, size: u64) -> Result<()> {
+        self.change_len(id, ino, size, false)
+    }
+
+    /// `posix_fallocate`: grows the file to `size` unless it already holds that much,
+    /// decided with the file's writes held off (a size read before would let it cut an
+    /// append that landed meanwhile).
+    pub(super) fn grow_to(&self, id: u64, ino: Ino, size: u64) -> Result<()> {
+        self.change_len(id, ino, size, true)
+    }
+
+    /// [`Store::set_len`] and [`Store::grow_to`].
+    fn change_len(&self, id: u64, ino: Ino, size: u64, grow_only: bool) -> Result<()> {
         self.check_running()?;
         if size > MAX_FILE_SIZE {
             return Err(Error::TooLarge);
@@ -869,6 +881,9 @@ impl Store {
         // writer that never pauses keeps the flush of a file in the zones from ending, and
         // a write that took its offset before the new size lands past it.
         let mut inner = self.wait_for_writes(self.lock()?, ino)?;
+        if grow_only && inner.state.inode(ino)?.size >= size {
+            return Ok(());
+        }
         inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
         drop(inner);
         let changed = match conventional {

@@ -1330,6 +1330,12 @@ impl FileHandle {
         self.store.set_len(self.id, self.ino, size)
     }
 
+    /// `posix_fallocate` up to `size`: the file grows to it unless it is already as large,
+    /// which is decided with the file's other writes held off (it never shrinks).
+    pub fn allocate(&self, size: u64) -> Result<()> {
+        self.store.grow_to(self.id, self.ino, size)
+    }
+
     /// `fdatasync`: the file's data and what is needed to find it are durable on return.
     pub fn sync_data(&self) -> Result<()> {
         self.sync_all()
