@@ -887,15 +887,15 @@ impl Store {
         inner.open.get_mut(&ino).ok_or(Error::BadHandle)?.writing = true;
         drop(inner);
         let changed = match conventional {
-            true => self.set_len_conventional(ino, size),
-            false => self.set_len_zoned(ino, size),
+            true => self.change_len_conventional(ino, size),
+            false => self.change_len_zoned(ino, size),
         };
         self.end_writing(ino);
         changed
     }
 
     /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set.
-    fn set_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
+    fn change_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
         if self.with(|inner| inner.set_len_conventional(ino, size))? {
             self.commit()?;
         }
@@ -903,7 +903,7 @@ impl Store {
     }
 
     /// [`Store::set_len`] of a file in the zones, with the file's `writing` flag set.
-    fn set_len_zoned(&self, ino: Ino, size: u64) -> Result<()> {
+    fn change_len_zoned(&self, ino: Ino, size: u64) -> Result<()> {
         // Everything buffered goes to the device first.
         let mut inner = loop {
             self.flush_file(ino)?;
