@@ -862,3 +862,47 @@ fn allocating_while_another_thread_appends_never_cuts_an_append() {
         assert_eq!(next, 200, "{name}: records missing");
     }
 }
+
+/// A reader of a conventional file (a host file) while another thread appends 1 MB records
+/// to it: every byte under the size it reads is written (the size used to grow before the
+/// bytes reached the host file, so a reader could find zeros there).
+#[test]
+fn a_conventional_files_size_never_runs_ahead_of_its_bytes() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = Faulty::new();
+    let store = mount_with_host_files(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let opts = OpenOptions {
+        append: true,
+        ..OpenOptions::create()
+    };
+    let appender = store.open_file(root, "CURRENT", opts).unwrap();
+    let reader = store
+        .open_file(root, "CURRENT", OpenOptions::read())
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let stop = done.clone();
+    let reads = thread::spawn(move || {
+        let mut tail = vec![0u8; 4096];
+        while !stop.load(Ordering::SeqCst) {
+            let size = reader.metadata().unwrap().size;
+            if size == 0 {
+                continue;
+            }
+            // The last bytes under the size: the newest record's end.
+            let at = size.saturating_sub(tail.len() as u64);
+            let n = reader.read_at(&mut tail, at).unwrap();
+            assert!(
+                tail[..n].iter().all(|&b| b != 0),
+                "zeros under the size {size}"
+            );
+        }
+    });
+    for r in 0..100 {
+        appender
+            .write_at(&vec![(r % 250 + 1) as u8; 1_000_003], 0)
+            .unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    reads.join().unwrap();
+}

@@ -129,10 +129,11 @@ pub(super) fn read_host(file: &File, buf: &mut [u8], offset: u64) -> Result<usiz
 }
 
 impl Store {
-    /// A write to a conventional file: the size grows under the caller's lock, the bytes go
-    /// to the host file without it (the file's `writing` flag set meanwhile, so that a
-    /// truncation cannot come between), and only then is the file marked dirty (so a sync
-    /// that began meanwhile cannot clear the mark before these bytes are in the file).
+    /// A write to a conventional file: the bytes go to the host file with the lock released
+    /// (the file's `writing` flag set meanwhile, so that no other write or truncation comes
+    /// between), and only then do the size grow and the file get marked dirty, together: a
+    /// reader never finds zeros where the bytes are still on their way, and a sync that
+    /// began meanwhile cannot clear the mark before these bytes are in the file.
     pub(super) fn write_conventional(
         &self,
         mut inner: MutexGuard<'_, Inner>,
@@ -140,24 +141,22 @@ impl Store {
         data: &[u8],
         offset: u64,
     ) -> Result<()> {
-        let file = {
-            let file = inner.host_file(ino)?;
-            let inode = inner.state.inode_mut(ino)?;
-            inode.size = inode.size.max(offset + data.len() as u64);
-            inode.mtime_ns = super::now_ns();
-            let tenant = inode.tenant;
-            *inner.counters.conventional.entry(tenant).or_default() += data.len() as u64;
-            file
-        };
+        let file = inner.host_file(ino)?;
+        let tenant = inner.state.inode(ino)?.tenant;
+        *inner.counters.conventional.entry(tenant).or_default() += data.len() as u64;
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = true;
         }
         drop(inner);
         let written = file.write_all_at(data, offset);
         let mut inner = self.lock()?;
+        // Even a failed write may have left some of its bytes: they are the file's too.
+        if let Ok(inode) = inner.state.inode_mut(ino) {
+            inode.size = inode.size.max(offset + data.len() as u64);
+            inode.mtime_ns = super::now_ns();
+        }
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = false;
-            // Even a failed write may have left some of its bytes.
             of.host_dirty = true;
         }
         drop(inner);
