@@ -142,8 +142,8 @@ fn spawner(main_waits: &str, arg: i32) -> Vec<u8> {
 }
 
 /// A hand-written wasip1-threads module: `_start` starts threads until 20 have started
-/// (retrying a refused `thread-spawn`, up to 100,000 tries) and exits with how many did.
-/// Each thread parks forever (`park`) or returns at once.
+/// (retrying a refused `thread-spawn` after 1 ms, up to 1,000 times) and exits with how
+/// many did. Each thread parks forever (`park`) or returns at once.
 fn thread_counter(threads_park: bool) -> Vec<u8> {
     wat::parse_str(format!(
         r#"(module
@@ -153,14 +153,16 @@ fn thread_counter(threads_park: bool) -> Vec<u8> {
           (func (export "wasi_thread_start") (param $tid i32) (param $park i32)
             (if (local.get $park)
               (then (drop (memory.atomic.wait32 (i32.const 64) (i32.const 0) (i64.const -1))))))
-          (func (export "_start") (local $started i32) (local $tries i32)
+          (func (export "_start") (local $started i32) (local $refused i32)
             (block $done
               (loop $again
                 (br_if $done (i32.ge_u (local.get $started) (i32.const 20)))
-                (br_if $done (i32.ge_u (local.get $tries) (i32.const 100000)))
-                (local.set $tries (i32.add (local.get $tries) (i32.const 1)))
+                (br_if $done (i32.ge_u (local.get $refused) (i32.const 1000)))
                 (if (i32.gt_s (call $spawn (i32.const {park})) (i32.const 0))
-                  (then (local.set $started (i32.add (local.get $started) (i32.const 1)))))
+                  (then (local.set $started (i32.add (local.get $started) (i32.const 1))))
+                  (else
+                    (local.set $refused (i32.add (local.get $refused) (i32.const 1)))
+                    (drop (memory.atomic.wait32 (i32.const 128) (i32.const 0) (i64.const 1000000)))))
                 (br $again)))
             (call $exit (local.get $started))))"#,
         park = threads_park as i32
