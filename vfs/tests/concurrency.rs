@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
-use valet_vfs::{Hint, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
+use valet_vfs::{Hint, Ino, OpenOptions, Placement, PlacementRequest, Store, StoreConfig};
 
 fn geometry() -> Geometry {
     Geometry {
@@ -128,6 +128,23 @@ fn mount_with_host_files(dev: &Arc<Faulty>, host: &std::path::Path) -> Store {
         ..Default::default()
     };
     Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+}
+
+/// A store on a fresh device with its host files in a temporary directory (kept while the
+/// returned guard lives), and the root of tenant `app`.
+fn store_with_host_files() -> (tempfile::TempDir, Store, Ino) {
+    let host = tempfile::tempdir().unwrap();
+    let store = mount_with_host_files(&Faulty::new(), host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    (host, store, root)
+}
+
+/// The options of an append handle, its file created if missing.
+fn append_handle() -> OpenOptions {
+    OpenOptions {
+        append: true,
+        ..OpenOptions::create()
+    }
 }
 
 #[test]
@@ -634,10 +651,7 @@ fn concurrent_appends_never_write_over_each_other() {
     let dev = Faulty::new();
     let store = mount(&dev);
     let (_, root) = store.tenant("app").unwrap();
-    let opts = OpenOptions {
-        append: true,
-        ..OpenOptions::create()
-    };
+    let opts = append_handle();
     let (threads, rounds, len) = (3usize, 60usize, 100_003usize);
     let barrier = Arc::new(Barrier::new(threads));
     let joins: Vec<_> = (0..threads)
@@ -678,14 +692,8 @@ fn concurrent_appends_never_write_over_each_other() {
 /// after it).
 #[test]
 fn truncating_while_another_thread_appends_neither_starves_nor_tears_records() {
-    let host = tempfile::tempdir().unwrap();
-    let dev = Faulty::new();
-    let store = mount_with_host_files(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let opts = OpenOptions {
-        append: true,
-        ..OpenOptions::create()
-    };
+    let (_host, store, root) = store_with_host_files();
+    let opts = append_handle();
     // A conventional file's write is one host write: larger records widen its window.
     for (name, len, phases) in [("log", 100_003usize, 20), ("CURRENT", 1_000_003, 30)] {
         let appender = store.open_file(root, name, opts).unwrap();
@@ -814,14 +822,8 @@ fn readers_see_every_acknowledged_byte_while_large_writes_are_copied() {
 /// first, and never cuts an append that landed after it read the size.
 #[test]
 fn allocating_while_another_thread_appends_never_cuts_an_append() {
-    let host = tempfile::tempdir().unwrap();
-    let dev = Faulty::new();
-    let store = mount_with_host_files(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let opts = OpenOptions {
-        append: true,
-        ..OpenOptions::create()
-    };
+    let (_host, store, root) = store_with_host_files();
+    let opts = append_handle();
     for (name, len) in [("log", 100_003usize), ("CURRENT", 30_001)] {
         let appender = store.open_file(root, name, opts).unwrap();
         let allocator = store.open_file(root, name, OpenOptions::create()).unwrap();
@@ -868,14 +870,8 @@ fn allocating_while_another_thread_appends_never_cuts_an_append() {
 /// bytes reached the host file, so a reader could find zeros there).
 #[test]
 fn a_conventional_files_size_never_runs_ahead_of_its_bytes() {
-    let host = tempfile::tempdir().unwrap();
-    let dev = Faulty::new();
-    let store = mount_with_host_files(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let opts = OpenOptions {
-        append: true,
-        ..OpenOptions::create()
-    };
+    let (_host, store, root) = store_with_host_files();
+    let opts = append_handle();
     let appender = store.open_file(root, "CURRENT", opts).unwrap();
     let reader = store
         .open_file(root, "CURRENT", OpenOptions::read())
