@@ -26,11 +26,18 @@ fn device(dir: &Path) -> DeviceSpec {
     }
 }
 
-fn run_writer(dev: &Path, threads: u64, size: u64, end: Option<&str>) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_valet-run"))
+/// `valet-run` on the store at `dev`, made with 16 zones of 16 MiB on first use.
+fn valet_run(dev: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
+    command
         .arg("--device")
         .arg(dev)
-        .args(["--zone-size", "16", "--zones", "16"])
+        .args(["--zone-size", "16", "--zones", "16"]);
+    command
+}
+
+fn run_writer(dev: &Path, threads: u64, size: u64, end: Option<&str>) -> std::process::Output {
+    valet_run(dev)
         .arg(valet_guests::THREADS_WRITER)
         .args(["/data", &threads.to_string(), &size.to_string()])
         .args(end)
@@ -95,10 +102,7 @@ fn threads_writing_to_one_file_never_write_over_each_other() {
         ("/data", "shared"),
         ("/host", "shared"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-            .arg("--device")
-            .arg(tmp.path().join("dev"))
-            .args(["--zone-size", "16", "--zones", "16"])
+        let out = valet_run(&tmp.path().join("dev"))
             .arg("--dir")
             .arg(&dir_arg)
             .arg(valet_guests::THREADS_WRITER)
@@ -109,12 +113,12 @@ fn threads_writing_to_one_file_never_write_over_each_other() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
-            "{guest_dir}: {:?}\n{stdout}\n{stderr}",
+            "{guest_dir} {mode}: {:?}\n{stdout}\n{stderr}",
             out.status
         );
         assert!(
             stdout.contains("160 appended records verified"),
-            "{guest_dir}: {stdout}"
+            "{guest_dir} {mode}: {stdout}"
         );
     }
 }
@@ -183,13 +187,7 @@ fn max_threads_bounds_the_threads_running_at_once() {
     ] {
         let app = tmp.path().join(format!("counter-{park}.wasm"));
         std::fs::write(&app, thread_counter(park)).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
-        command.arg("--device").arg(tmp.path().join("dev")).args([
-            "--zone-size",
-            "16",
-            "--zones",
-            "16",
-        ]);
+        let mut command = valet_run(&tmp.path().join("dev"));
         if let Some(limit) = limit {
             command.args(["--max-threads", limit]);
         }
@@ -207,12 +205,8 @@ fn max_threads_bounds_the_threads_running_at_once() {
         let file = tmp.path().join("tenants.toml");
         let toml = format!("[[tenant]]\nname = \"t\"\napp = {app:?}\n{key}\n");
         std::fs::write(&file, toml).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_valet-run"));
-        command
-            .arg("--device")
-            .arg(tmp.path().join("dev"))
-            .arg("--tenants")
-            .arg(&file);
+        let mut command = valet_run(&tmp.path().join("dev"));
+        command.arg("--tenants").arg(&file);
         if let Some(limit) = flag {
             command.args(["--max-threads", limit]);
         }
@@ -233,10 +227,7 @@ fn a_spawned_thread_ends_a_parked_or_spinning_main_thread() {
         for (arg, code) in [(0, 134), (1, 9)] {
             let app = tmp.path().join(format!("spawner-{main}-{arg}.wasm"));
             std::fs::write(&app, spawner(main, arg)).unwrap();
-            let out = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-                .arg("--device")
-                .arg(tmp.path().join("dev"))
-                .args(["--zone-size", "16", "--zones", "16"])
+            let out = valet_run(&tmp.path().join("dev"))
                 .arg(&app)
                 .output()
                 .unwrap();

@@ -805,8 +805,7 @@ fn fd_read(
             if !d.read {
                 return Err(Errno::BADF);
             }
-            let mut held = offset.is_none().then(|| d.position());
-            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
+            let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let got = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
@@ -939,8 +938,7 @@ fn fd_write(
     let mut total = 0u32;
     match &d.kind {
         Kind::StoreFile(f) => {
-            let mut held = offset.is_none().then(|| d.position());
-            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
+            let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;
@@ -978,8 +976,7 @@ fn fd_write(
             // an O_APPEND file, stock, and the store's append handles do), through the
             // kernel's append, so concurrent appenders never write over each other.
             let append = d.flags() & fdflags::APPEND != 0;
-            let mut held = offset.is_none().then(|| d.position());
-            let mut at = offset.unwrap_or_else(|| held.as_deref().copied().unwrap_or(0));
+            let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
                 let (buf, len) = m.iovec(iovs, i)?;
                 let data = m.bytes(buf, len, scratch)?;

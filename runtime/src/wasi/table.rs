@@ -60,6 +60,19 @@ impl Desc {
         self.flags.load(Ordering::Relaxed)
     }
 
+    /// Where a read or write starts: at `offset` (`fd_pread`, `fd_pwrite`), or at the
+    /// position, then held for the call (the guard, to be set to where the call ended).
+    pub fn start_at(&self, offset: Option<u64>) -> (Option<MutexGuard<'_, u64>>, u64) {
+        match offset {
+            Some(at) => (None, at),
+            None => {
+                let pos = self.position();
+                let at = *pos;
+                (Some(pos), at)
+            }
+        }
+    }
+
     /// The file position, held until the guard drops. A call that panicked while holding
     /// it left a position, not a broken invariant: it is used as is.
     pub fn position(&self) -> MutexGuard<'_, u64> {

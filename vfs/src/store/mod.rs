@@ -38,9 +38,9 @@
 //!   lock applies them. A write that fits the window is copied under `inner`; one that
 //!   does not, a write to a conventional file (its host write) and every `set_len` set
 //!   the file's `writing` flag for their whole course (which releases `inner` between
-//!   steps), and the file's other writes and size changes
-//!   wait for it before they decide their offset, so an append always starts at the end
-//!   of every write and truncation before it.
+//!   steps), and the file's other writes and size changes wait for it before they decide
+//!   their offset, so an append always starts at the end of every write and truncation
+//!   before it.
 //! - **Detached buffers** (a file's `inflight` queue) are written oldest first, each by one
 //!   thread (`writing`; one thread may own a run of small ones from the front and write
 //!   them as one device write), and recorded in that order, so a file's extents are mapped
@@ -85,8 +85,9 @@
 //!   fill-ahead) run at nice 10 ([`crate::background`]): on a machine with as many busy
 //!   guests as cores, a core they take from a guest is that guest's tail latency.
 //!
-//! Lock order: a file's `writing` flag → its `busy` flag → the commit leader role → the journal → `inner` →
-//! the commit state. `inner` is never held while waiting for the leader role.
+//! Lock order: a file's `writing` flag → its `busy` flag → the commit leader role → the
+//! journal → `inner` → the commit state. `inner` is never held while waiting for the
+//! leader role.
 
 mod alloc;
 mod buffer;
