@@ -32,6 +32,7 @@ struct Faulty {
     /// Delay of every read of a data zone.
     read_delay_ms: AtomicU64,
     fail_writes: AtomicBool,
+    fail_syncs: AtomicBool,
     syncs: AtomicU64,
 }
 
@@ -44,6 +45,7 @@ impl Faulty {
             write_delay_ms: AtomicU64::new(0),
             read_delay_ms: AtomicU64::new(0),
             fail_writes: AtomicBool::new(false),
+            fail_syncs: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         })
     }
@@ -106,6 +108,11 @@ impl ZonedDevice for Faulty {
             thread::sleep(Duration::from_millis(delay));
         }
         self.syncs.fetch_add(1, Ordering::SeqCst);
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(DeviceError::Io(std::io::Error::other(
+                "injected flush failure",
+            )));
+        }
         self.inner.sync()
     }
 }
@@ -487,6 +494,35 @@ fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
     assert_eq!(r.read_at(&mut buf, 0).unwrap(), data.len());
     assert_eq!(buf, data);
     assert!(store.fsck().unwrap().problems.is_empty());
+}
+
+/// A failed device flush is sticky (PostgreSQL's "fsyncgate"): the host may have dropped
+/// the dirty pages, so a sync after it fails even once the device flushes again, and the
+/// store refuses new writes instead of taking bytes it can no longer promise.
+#[test]
+fn a_failed_device_flush_fails_every_later_sync_and_refuses_writes() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let log = store.open_file(root, "log", append_handle()).unwrap();
+    log.write_at(&[1u8; 430], 0).unwrap();
+    log.sync_data().unwrap();
+    log.write_at(&[2u8; 430], 0).unwrap();
+    dev.fail_syncs.store(true, Ordering::SeqCst);
+    let err = log
+        .sync_data()
+        .expect_err("a sync whose flush failed must fail");
+    assert_eq!(err.errno(), libc_eio(), "{err}");
+    dev.fail_syncs.store(false, Ordering::SeqCst);
+    let err = log
+        .sync_data()
+        .expect_err("a sync after a failed flush must fail too");
+    assert_eq!(err.errno(), libc_eio(), "{err}");
+    assert!(store.sync().is_err(), "a whole-store sync too");
+    let err = log
+        .write_at(&[3u8; 430], 0)
+        .expect_err("the store must refuse writes after a failed flush");
+    assert_eq!(err.errno(), libc_eio(), "{err}");
 }
 
 fn libc_eio() -> i32 {

@@ -38,6 +38,7 @@
 //! written before it can be promised any more. Every later commit reports the failure
 //! (PostgreSQL's "fsyncgate" lesson) and the store refuses writes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
@@ -62,6 +63,9 @@ pub(super) struct GroupCommit {
     done: Condvar,
     /// Taken only by the leader (and by mount, before anyone else runs).
     journal: Mutex<Journal>,
+    /// Set once `CommitState::failed` is: every write asks, and the answer is almost always
+    /// no, which needs no lock that a commit holds.
+    any_failed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -156,6 +160,7 @@ impl GroupCommit {
             state: Mutex::new(CommitState::default()),
             done: Condvar::new(),
             journal: Mutex::new(journal),
+            any_failed: AtomicBool::new(false),
         }
     }
 
@@ -251,7 +256,10 @@ impl GroupCommit {
         };
         match led {
             Led::Durable(upto) => st.durable = st.durable.max(upto),
-            Led::Failed(upto, why) => st.failed = Some((upto.max(target), why)),
+            Led::Failed(upto, why) => {
+                st.failed = Some((upto.max(target), why));
+                self.any_failed.store(true, Ordering::Release);
+            }
         }
         // A notify is a system call even with no one waiting: a lone syncer skips it.
         if st.sleepers > 0 {
@@ -305,6 +313,9 @@ impl GroupCommit {
 
     /// Whether a commit failed (the store then refuses writes).
     pub fn failure(&self) -> Option<String> {
+        if !self.any_failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.state().failed.as_ref().map(|(_, why)| why.clone())
     }
 
