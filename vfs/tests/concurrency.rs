@@ -50,8 +50,8 @@ impl Faulty {
         })
     }
 
-    fn broken() -> DeviceError {
-        DeviceError::Io(std::io::Error::other("injected write failure"))
+    fn broken(what: &str) -> DeviceError {
+        DeviceError::Io(std::io::Error::other(format!("injected {what} failure")))
     }
 }
 
@@ -68,7 +68,7 @@ impl ZonedDevice for Faulty {
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         // Metadata zones (0 and 1) stay writable: the fault is in the data path.
         if zone > 1 && self.fail_writes.load(Ordering::SeqCst) {
-            return Err(Self::broken());
+            return Err(Self::broken("write"));
         }
         let delay = self.write_delay_ms.load(Ordering::SeqCst);
         if zone > 1 && delay > 0 {
@@ -109,9 +109,7 @@ impl ZonedDevice for Faulty {
         }
         self.syncs.fetch_add(1, Ordering::SeqCst);
         if self.fail_syncs.load(Ordering::SeqCst) {
-            return Err(DeviceError::Io(std::io::Error::other(
-                "injected flush failure",
-            )));
+            return Err(Self::broken("flush"));
         }
         self.inner.sync()
     }

@@ -760,9 +760,9 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
          guest wrote to zoned files, bytes the device wrote for them (WAF), GC copies, and the \
          device flushes. For `--sync=1`, what a flush costs: how many syncs carried their tail \
          inline in the journal record (no data block), the metadata bytes per flush (journal \
-         records and checkpoints; one 4 KiB page is the target), and the data bytes per flush, which are mostly RocksDB's memtable \
-         flushes and compactions writing tables, not the syncs; the unsynced pass's first \
-         round.\n"
+         records and checkpoints; one 4 KiB page is the target), and the data bytes per \
+         flush, which are mostly RocksDB's memtable flushes and compactions writing tables, \
+         not the syncs; the unsynced pass's first round.\n"
     );
     let _ = writeln!(md, "| sync | policy | host MiB | device MiB | WAF | WAF with metadata | GC MiB | device syncs | inline syncs | metadata bytes / sync | data bytes / sync |");
     let _ = writeln!(
