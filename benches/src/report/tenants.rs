@@ -4,8 +4,10 @@
 //! sharing the machine's cores costs Valet without any shared store; and the pair as two
 //! stock wasmtime processes on host directories, at once against alone; and that stock pair
 //! again on a memory file system (`/dev/shm`), where no disk is involved at all: what two busy
-//! guests cost each other on this machine's cores alone. Each run's CPU time over its wall
-//! time says how many cores it kept busy, alone and together. The whole comparison runs
+//! guests cost each other on this machine's cores alone; and the `valet-run` pair, alone and
+//! together, on that memory file system too, which tells what the store's sharing costs
+//! from what the disk does. Each run's CPU time over its wall time says how many cores it
+//! kept busy, alone and together. The whole comparison runs
 //! several rounds, and every figure is its median over them.
 
 use std::path::Path;
@@ -33,6 +35,10 @@ pub struct TenantResult {
     /// The stock pair on a memory file system (empty where there is none or a run failed).
     pub memory_alone: Vec<Measurement>,
     pub memory_together: Vec<Measurement>,
+    /// The `valet-run` pair with its device on that memory file system, alone and as two
+    /// tenants of one process (empty where there is none or a run failed).
+    pub valet_memory_alone: Vec<Measurement>,
+    pub valet_memory_together: Vec<Measurement>,
     /// Cores this tenant's run kept busy alone (CPU time over wall time), under
     /// `valet-run` and under stock.
     pub cores_alone: Option<f64>,
@@ -154,6 +160,8 @@ pub fn run(
                 stock_together: of(|t| &t.stock_together),
                 memory_alone: of(|t| &t.memory_alone),
                 memory_together: of(|t| &t.memory_together),
+                valet_memory_alone: of(|t| &t.valet_memory_alone),
+                valet_memory_together: of(|t| &t.valet_memory_together),
                 cores_alone: median_of(&|p| p.tenants[i].cores_alone),
                 stock_cores_alone: median_of(&|p| p.tenants[i].stock_cores_alone),
             }
@@ -184,6 +192,13 @@ fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Resul
         all.push_str(&text);
         let stock_alone = stock(runner, w);
         let memory_alone = memory.map_or_else(Run::failed, |m| stock(m, w));
+        let valet_memory_alone = memory.map_or_else(Run::failed, |m| {
+            let file = m.work.join(format!("tenant-{name}.toml"));
+            run_toml(m, &file, &text, zones).unwrap_or_else(|e| {
+                eprintln!("report: {name} alone with its device in memory: {e}");
+                Run::failed()
+            })
+        });
         results.push(TenantResult {
             tenant: name.to_string(),
             guest: w.guest,
@@ -196,15 +211,18 @@ fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Resul
             stock_together: Vec::new(),
             memory_alone: memory_alone.measurements,
             memory_together: Vec::new(),
+            valet_memory_alone: valet_memory_alone.measurements,
+            valet_memory_together: Vec::new(),
         });
     }
     let together = run_toml(runner, &runner.work.join("tenants.toml"), &all, zones)?;
-    for m in &together.measurements {
-        if let Some(r) = results
-            .iter_mut()
-            .find(|r| r.alone.iter().any(|a| a.name == m.name))
-        {
-            r.together.push(m.clone());
+    credit(&mut results, &together.measurements, |r| &mut r.together);
+    if let Some(m) = memory {
+        match run_toml(m, &m.work.join("tenants.toml"), &all, zones) {
+            Ok(run) => credit(&mut results, &run.measurements, |r| {
+                &mut r.valet_memory_together
+            }),
+            Err(e) => eprintln!("report: the tenants together with their device in memory: {e}"),
         }
     }
     let apart: Vec<Run> = at_once(tenants, |(name, w)| {
@@ -238,6 +256,23 @@ fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Resul
         },
         rounds: 1,
     })
+}
+
+/// Gives each measurement of a run of several tenants to the tenant whose lone run printed
+/// a workload of that name, in the list `to` picks.
+fn credit(
+    results: &mut [TenantResult],
+    measurements: &[Measurement],
+    to: fn(&mut TenantResult) -> &mut Vec<Measurement>,
+) {
+    for m in measurements {
+        if let Some(r) = results
+            .iter_mut()
+            .find(|r| r.alone.iter().any(|a| a.name == m.name))
+        {
+            to(r).push(m.clone());
+        }
+    }
 }
 
 /// `f` for every tenant, each on a thread of its own, all at once.

@@ -795,6 +795,9 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
          each on its own host directory, alone and then at once; \"stock on memory\" does \
          the same with the directories on a memory file system (`/dev/shm`): no disk at all, \
          so its ratio is what two busy guests cost each other on this machine's cores alone. \
+         \"Valet on memory\" runs the `valet-run` pair, alone and together, with its device \
+         image on that memory file system: its ratio against the disk's tells what the \
+         disk's flushes cost the pair from what the store's sharing and the cores do. \
          The last ratio is Valet's P99.99 together over stock's together: the two guests \
          side by side under either.",
         pair.rounds
@@ -813,6 +816,7 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
         "stock P99.99 together",
         "stock ratio",
         "stock on memory ratio",
+        "valet on memory ratio",
         "together against stock together",
         "verdict",
     ]);
@@ -839,6 +843,10 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
                 p9999(&tr.memory_alone, &alone.name),
                 p9999(&tr.memory_together, &alone.name),
             );
+            let (va, vt) = (
+                p9999(&tr.valet_memory_alone, &alone.name),
+                p9999(&tr.valet_memory_together, &alone.name),
+            );
             t.row(vec![
                 format!("{} ({})", tr.tenant, tr.guest),
                 alone.name.clone(),
@@ -853,6 +861,7 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
                 num(st),
                 ratio(sa.zip(st).map(|(a, t)| t / a)),
                 ratio(ma.zip(mt).map(|(a, t)| t / a)),
+                ratio(va.zip(vt).map(|(a, t)| t / a)),
                 ratio(pt.zip(st).map(|(t, s)| t / s)),
                 verdict(rel.map(|x| x <= TENANT_P9999)).into(),
             ]);
