@@ -7,8 +7,8 @@
 //! guests cost each other on this machine's cores alone; and the `valet-run` pair, alone and
 //! together, on that memory file system too, which tells what the store's sharing costs
 //! from what the disk does. Each run's CPU time over its wall time says how many cores it
-//! kept busy, alone and together. The whole comparison runs
-//! several rounds, and every figure is its median over them.
+//! kept busy, alone and together. The whole comparison runs several rounds, and every
+//! figure is its median over them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -91,6 +91,15 @@ fn run_toml(runner: &Runner, file: &Path, text: &str, zones: u32) -> Result<Run,
         return Err(out.why());
     }
     Ok(Run::of(&out))
+}
+
+/// [`run_toml`], whose failure is reported on stderr as `what` and leaves the run's
+/// figures empty (the rest of the comparison goes on).
+fn run_toml_or_failed(runner: &Runner, file: &Path, text: &str, zones: u32, what: &str) -> Run {
+    run_toml(runner, file, text, zones).unwrap_or_else(|e| {
+        eprintln!("report: {what}: {e}");
+        Run::failed()
+    })
 }
 
 impl Run {
@@ -194,10 +203,13 @@ fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Resul
         let memory_alone = memory.map_or_else(Run::failed, |m| stock(m, w));
         let valet_memory_alone = memory.map_or_else(Run::failed, |m| {
             let file = m.work.join(format!("tenant-{name}.toml"));
-            run_toml(m, &file, &text, zones).unwrap_or_else(|e| {
-                eprintln!("report: {name} alone with its device in memory: {e}");
-                Run::failed()
-            })
+            run_toml_or_failed(
+                m,
+                &file,
+                &text,
+                zones,
+                "a tenant alone with its device in memory",
+            )
         });
         results.push(TenantResult {
             tenant: name.to_string(),
@@ -227,10 +239,13 @@ fn run_round(runner: &Runner, tenants: &[(&str, Workload)], zones: u32) -> Resul
     }
     let apart: Vec<Run> = at_once(tenants, |(name, w)| {
         let file = runner.work.join(format!("apart-{name}.toml"));
-        run_toml(runner, &file, &tenant_toml(name, w), zones).unwrap_or_else(|e| {
-            eprintln!("report: a tenant in its own valet-run: {e}");
-            Run::failed()
-        })
+        run_toml_or_failed(
+            runner,
+            &file,
+            &tenant_toml(name, w),
+            zones,
+            "a tenant in its own valet-run",
+        )
     });
     for (r, m) in results.iter_mut().zip(apart) {
         r.apart = m.measurements;

@@ -839,14 +839,12 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
                 p9999(&tr.stock_alone, &alone.name),
                 p9999(&tr.stock_together, &alone.name),
             );
-            let (ma, mt) = (
-                p9999(&tr.memory_alone, &alone.name),
-                p9999(&tr.memory_together, &alone.name),
-            );
-            let (va, vt) = (
-                p9999(&tr.valet_memory_alone, &alone.name),
-                p9999(&tr.valet_memory_together, &alone.name),
-            );
+            // P99.99 together over alone, for runs that show no figures of their own.
+            let together_over_alone =
+                |alone_runs: &[Measurement], together_runs: &[Measurement]| {
+                    let a = p9999(alone_runs, &alone.name);
+                    ratio(a.zip(p9999(together_runs, &alone.name)).map(|(a, t)| t / a))
+                };
             t.row(vec![
                 format!("{} ({})", tr.tenant, tr.guest),
                 alone.name.clone(),
@@ -860,8 +858,8 @@ fn tenants(pair: &Result<super::tenants::Pair, String>, doc: &mut Doc) {
                 num(sa),
                 num(st),
                 ratio(sa.zip(st).map(|(a, t)| t / a)),
-                ratio(ma.zip(mt).map(|(a, t)| t / a)),
-                ratio(va.zip(vt).map(|(a, t)| t / a)),
+                together_over_alone(&tr.memory_alone, &tr.memory_together),
+                together_over_alone(&tr.valet_memory_alone, &tr.valet_memory_together),
                 ratio(pt.zip(st).map(|(t, s)| t / s)),
                 verdict(rel.map(|x| x <= TENANT_P9999)).into(),
             ]);
