@@ -61,8 +61,10 @@ const LEVELDB_SOURCES: &[&str] = &[
 const OUR_SOURCES: &[&str] = &["valet_env.cc", "bench.cc"];
 const PORT_HEADER: &str = "leveldb/port/port_chromium.h";
 
-/// The crate that ships the source, and where in it LevelDB lives.
+/// The crate that ships the source, its exact version (as pinned in Cargo.toml), and where
+/// in it LevelDB lives.
 const SOURCE_CRATE: &str = "leveldb-sys";
+const SOURCE_VERSION: &str = "2.0.9";
 const SOURCE_SUBDIR: &str = "deps/leveldb-1.22";
 
 /// Compilers running at once (the machine is small and shared).
@@ -147,45 +149,14 @@ fn native_compiler(clang: &WasiClang) -> Command {
     Command::new(std::env::var("CXX").unwrap_or_else(|_| clang.cxx.to_string()))
 }
 
-/// The directory of LevelDB's source inside the registry's copy of leveldb-sys, cached in
-/// OUT_DIR so `cargo metadata` runs once per build directory.
+/// The directory of LevelDB's source inside the registry's copy of leveldb-sys.
 fn leveldb_source(ctx: &Ctx) -> Result<PathBuf, String> {
-    let cached = ctx.out_dir.join("leveldb-source-dir");
-    if let Ok(dir) = fs::read_to_string(&cached) {
-        let dir = PathBuf::from(dir);
-        if dir.join("include/leveldb/db.h").exists() {
-            return Ok(dir);
-        }
+    let dir = ctx
+        .registry_package(SOURCE_CRATE, SOURCE_VERSION)?
+        .join(SOURCE_SUBDIR);
+    if !dir.join("include/leveldb/db.h").exists() {
+        return Err(format!("{} holds no LevelDB", dir.display()));
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--manifest-path"])
-        .arg(ctx.manifest_dir.join("Cargo.toml"))
-        .output()
-        .map_err(|e| format!("running cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    // Every package's manifest path, without a JSON parser: the one whose directory holds
-    // LevelDB is ours.
-    let json = String::from_utf8_lossy(&out.stdout);
-    let dir = json
-        .split("\"manifest_path\":\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .map(|manifest| Path::new(manifest).with_file_name(SOURCE_SUBDIR))
-        .find(|dir| {
-            dir.parent()
-                .and_then(Path::parent)
-                .and_then(Path::file_name)
-                .is_some_and(|name| name.to_string_lossy().starts_with(SOURCE_CRATE))
-                && dir.join("include/leveldb/db.h").exists()
-        })
-        .ok_or_else(|| format!("{SOURCE_CRATE}'s {SOURCE_SUBDIR} not found by cargo metadata"))?;
-    fs::write(&cached, dir.to_string_lossy().as_bytes()).unwrap();
     Ok(dir)
 }
 

@@ -46,6 +46,49 @@ impl Ctx {
         self.skipped.push((name.to_string(), reason.to_string()));
     }
 
+    /// The directory of registry package `name` at exactly `version` (its `Cargo.toml`'s
+    /// directory), found with `cargo metadata` among this crate's dependencies, where the
+    /// guests' C and C++ sources come from. The answer is cached in OUT_DIR, so `cargo
+    /// metadata` runs once per build directory and package.
+    pub fn registry_package(&self, name: &str, version: &str) -> Result<PathBuf, String> {
+        let wanted = format!("{name}-{version}");
+        let cached = self.out_dir.join(format!("{wanted}.dir"));
+        if let Ok(dir) = std::fs::read_to_string(&cached) {
+            let dir = PathBuf::from(dir);
+            if dir.join("Cargo.toml").exists() {
+                return Ok(dir);
+            }
+        }
+        let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--manifest-path"])
+            .arg(self.manifest_dir.join("Cargo.toml"))
+            .output()
+            .map_err(|e| format!("running cargo metadata: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo metadata failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        // Every package's manifest path, without a JSON parser: the registry keeps each
+        // package in a directory named `<name>-<version>`.
+        let json = String::from_utf8_lossy(&out.stdout);
+        let dir = json
+            .split("\"manifest_path\":\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter_map(|manifest| std::path::Path::new(manifest).parent())
+            .find(|dir| {
+                dir.file_name()
+                    .is_some_and(|n| n.to_string_lossy() == wanted)
+            })
+            .ok_or_else(|| format!("{wanted} not found by cargo metadata"))?
+            .to_path_buf();
+        std::fs::write(&cached, dir.to_string_lossy().as_bytes()).unwrap();
+        Ok(dir)
+    }
+
     /// Tells cargo to rebuild when anything under `path` (relative to the crate) changes.
     pub fn watch(&self, path: &str) {
         println!(

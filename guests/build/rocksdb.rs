@@ -731,63 +731,25 @@ fn compile_all(jobs: Vec<(Command, PathBuf, PathBuf)>) {
     );
 }
 
-/// RocksDB's tree inside the registry's copy of librocksdb-sys, checked by version (cached in
-/// OUT_DIR so `cargo metadata` runs once per build directory).
+/// RocksDB's tree inside the registry's copy of librocksdb-sys, checked by version.
 fn rocksdb_source(ctx: &Ctx) -> Result<PathBuf, String> {
-    let check = |dir: &Path| -> bool {
-        let Ok(version) = fs::read_to_string(dir.join("include/rocksdb/version.h")) else {
-            return false;
-        };
-        let (major, minor, patch) = ROCKSDB_VERSION;
-        [
-            ("ROCKSDB_MAJOR", major),
-            ("ROCKSDB_MINOR", minor),
-            ("ROCKSDB_PATCH", patch),
-        ]
-        .iter()
-        .all(|(name, value)| version.contains(&format!("#define {name} {value}\n")))
-    };
-    let cached = ctx.out_dir.join("rocksdb-source-dir");
-    if let Ok(dir) = fs::read_to_string(&cached) {
-        let dir = PathBuf::from(dir);
-        if check(&dir) {
-            return Ok(dir);
-        }
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--manifest-path"])
-        .arg(ctx.manifest_dir.join("Cargo.toml"))
-        .output()
-        .map_err(|e| format!("running cargo metadata: {e}"))?;
-    if !out.status.success() {
+    let dir = ctx
+        .registry_package(SOURCE_CRATE, SOURCE_VERSION)?
+        .join("rocksdb");
+    let version = fs::read_to_string(dir.join("include/rocksdb/version.h")).unwrap_or_default();
+    let (major, minor, patch) = ROCKSDB_VERSION;
+    let matches = [
+        ("ROCKSDB_MAJOR", major),
+        ("ROCKSDB_MINOR", minor),
+        ("ROCKSDB_PATCH", patch),
+    ]
+    .iter()
+    .all(|(name, value)| version.contains(&format!("#define {name} {value}\n")));
+    if !matches {
         return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            "{} is not RocksDB {major}.{minor}.{patch}",
+            dir.display()
         ));
     }
-    let json = String::from_utf8_lossy(&out.stdout);
-    let wanted = format!("{SOURCE_CRATE}-{SOURCE_VERSION}");
-    let dir = json
-        .split("\"manifest_path\":\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .map(|manifest| Path::new(manifest).with_file_name("rocksdb"))
-        .find(|dir| {
-            dir.parent()
-                .and_then(Path::file_name)
-                .is_some_and(|name| name.to_string_lossy() == wanted)
-        })
-        .ok_or_else(|| format!("{wanted} not found by cargo metadata"))?;
-    if !check(&dir) {
-        return Err(format!(
-            "{} is not RocksDB {}.{}.{}",
-            dir.display(),
-            ROCKSDB_VERSION.0,
-            ROCKSDB_VERSION.1,
-            ROCKSDB_VERSION.2
-        ));
-    }
-    fs::write(&cached, dir.to_string_lossy().as_bytes()).unwrap();
     Ok(dir)
 }
