@@ -79,16 +79,12 @@ pub struct ZoneRecords {
     pub records: Vec<Record>,
     /// Where the valid records end (the zone's real write pointer as far as they tell).
     pub end: u64,
-    /// The newest sequence number of a record header found after the valid records
-    /// (below the write pointer). Newer than the zone's current life began, it means
-    /// damage, not a torn tail (see [`recover`]).
-    pub newest_after: Option<u64>,
 }
 
 /// Reads the valid records of a metadata zone: its checkpoint and the transactions that
 /// continue its sequence, stopping at the first torn or foreign one. Only the end of the
 /// journal can be torn by a crash, so a newer record after the stopping point means damage;
-/// [`recover`] judges that from [`ZoneRecords::newest_after`].
+/// [`recover`] looks for one with [`newest_after`].
 ///
 /// On a device with lazy write pointers the records synced last may lie past the zone's
 /// write pointer: reading goes on past it as long as the records continue the sequence.
@@ -140,21 +136,37 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         });
         pos += total;
     }
-    let mut newest_after: Option<u64> = None;
-    let mut scan = pos + bs;
-    while scan + bs <= wp {
-        device.read(zone, scan, &mut block)?;
-        if let Some(h) = decode_header(&block) {
-            newest_after = newest_after.max(Some(h.seq));
-        }
-        scan += bs;
-    }
-    Ok(ZoneRecords {
-        records,
-        end: pos,
-        newest_after,
-    })
+    Ok(ZoneRecords { records, end: pos })
 }
+
+/// The newest sequence number of a record header in `zone` after its valid records, which
+/// end at `end`, below its write pointer (the block at `end` is the torn one, if any).
+/// Newer than the zone's current life began, it means damage, not a torn tail (see
+/// [`recover`]). Read in pieces of up to [`SCAN_PIECE`] bytes: a retired zone is full, and
+/// scanning it a block per call took 24,000 reads at every mount of a device of 128 MiB
+/// zones.
+pub fn newest_after(device: &dyn ZonedDevice, zone: ZoneId, end: u64) -> Result<Option<u64>> {
+    let bs = device.geometry().block_size as u64;
+    let wp = device.zone_info(zone)?.write_pointer;
+    let mut newest: Option<u64> = None;
+    let mut scan = end + bs;
+    let mut piece = Vec::new();
+    while scan + bs <= wp {
+        let len = (wp - scan).min(SCAN_PIECE) / bs * bs;
+        piece.resize(len as usize, 0);
+        device.read(zone, scan, &mut piece)?;
+        for block in piece.chunks_exact(bs as usize) {
+            if let Some(h) = decode_header(block) {
+                newest = newest.max(Some(h.seq));
+            }
+        }
+        scan += len;
+    }
+    Ok(newest)
+}
+
+/// How much of a metadata zone [`newest_after`] reads at a time.
+const SCAN_PIECE: u64 = 1 << 20;
 
 /// The writer side: which metadata zone is active and the next sequence number.
 pub struct Journal {
@@ -355,6 +367,26 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         let last = reads[i].records.last();
         last.map_or(checkpoint_seq(&reads[1 - i]), |r| r.seq)
     });
+    // A zone whose valid checkpoint is older than the other zone's valid checkpoint was
+    // retired before that one was written, and every record of its life is older still:
+    // whatever follows its valid records, the newer checkpoint holds their effect. Only
+    // the other zones are scanned for damage.
+    let valid_checkpoint = |read: &ZoneRecords| {
+        read.records
+            .first()
+            .filter(|r| r.kind == RecordKind::Checkpoint)
+            .map(|r| r.seq)
+    };
+    let superseded = [0, 1].map(|i| {
+        let (this, other) = (valid_checkpoint(&reads[i]), valid_checkpoint(&reads[1 - i]));
+        this.zip(other).is_some_and(|(this, other)| this < other)
+    });
+    let mut newest = [None, None];
+    for i in [0, 1] {
+        if !superseded[i] {
+            newest[i] = newest_after(device, META_ZONES[i], reads[i].end)?;
+        }
+    }
     for (i, (zone, read)) in META_ZONES.iter().zip(reads).enumerate() {
         // Records synced past a lazily kept write pointer: the pointer goes to their end.
         device.restore_write_pointer(*zone, read.end)?;
@@ -362,7 +394,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         // newer than its last valid record or, when not even its checkpoint is valid,
         // than the other zone's checkpoint: the zone's earlier life ended before that one
         // was written, and a reset for rewrite leaves its bytes in place.
-        if read.newest_after.is_some_and(|seq| seq > floors[i]) {
+        if newest[i].is_some_and(|seq| seq > floors[i]) {
             let at = read.end;
             let what = if at == 0 {
                 "its checkpoint".to_string()
