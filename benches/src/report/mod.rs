@@ -12,6 +12,7 @@ pub mod parse;
 pub mod plots;
 pub mod rocksdb;
 pub mod runners;
+pub mod startup;
 pub mod sweeps;
 pub mod synced;
 pub mod tails;
@@ -94,13 +95,16 @@ pub fn main(args: &[String]) -> i32 {
     if args.first().map(String::as_str) == Some("tenants") {
         return tenants_main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("startup") {
+        return startup::main(&args[1..]);
+    }
     if args.first().map(String::as_str) == Some("tails") {
         return section_main(&args[1..], "tails", |runner, scale| {
             Ok(write::tails_section(&tails::run(runner, scale), scale))
         });
     }
     let usage = "usage: report [--scale small|full] [--out DIR] | report probes [DIR] [ROUNDS] \
-                 | report synced|tenants|tails|rocksdb|fleet [--scale small|full] [--out DIR]";
+                 | report synced|tenants|tails|rocksdb|fleet|startup [--scale small|full] [--out DIR]";
     let Some((scale, out)) = scale_and_out(args, usage) else {
         return 2;
     };
@@ -335,6 +339,8 @@ fn run(scale: Scale, out: &std::path::Path) -> Result<(), String> {
     std::fs::write(out.join("rocksdb.md"), rocksdb::section(&runner, scale))
         .map_err(|e| e.to_string())?;
     std::fs::write(out.join("fleet.md"), fleet::section(&runner, scale))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(out.join("startup.md"), startup::section(&runner, scale))
         .map_err(|e| e.to_string())?;
     devices::append(out)?;
     let _ = std::fs::remove_dir_all(&work);

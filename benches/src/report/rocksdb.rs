@@ -246,7 +246,7 @@ fn parse(stdout: &str) -> Vec<Bench> {
 }
 
 /// The stock wasmtime 36 CLI, if one is installed.
-fn wasmtime36() -> Option<PathBuf> {
+pub(super) fn wasmtime36() -> Option<PathBuf> {
     let candidates = std::env::var_os("VALET_WASMTIME36")
         .map(PathBuf::from)
         .into_iter()
