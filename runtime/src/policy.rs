@@ -92,6 +92,14 @@ pub struct PolicyModule {
     limits: Limits,
 }
 
+/// SHA-256 of a module's bytes, hex: how the admin API names a policy's version.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn func_type_matches(ty: &ExternType, params: &[ValType], results: &[ValType]) -> bool {
     let ExternType::Func(f) = ty else {
         return false;
@@ -170,13 +178,9 @@ impl PolicyModule {
             }
             _ => bail!("policy {name}: missing export memory"),
         }
-        let sha256 = Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         let policy = PolicyModule {
             name: name.to_string(),
-            sha256,
+            sha256: sha256_hex(bytes),
             module,
             limits,
         };

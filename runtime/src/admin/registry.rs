@@ -30,6 +30,9 @@ pub struct Registry {
     store: Store,
     max_streams: u32,
     modules: Mutex<BTreeMap<String, Arc<PolicyModule>>>,
+    /// Built-ins not compiled yet: each is compiled the first time it is named, so a start
+    /// loads only the policies it uses.
+    builtins: Mutex<BTreeMap<String, &'static [u8]>>,
     active: Mutex<BTreeMap<String, String>>,
     recorder: Mutex<Option<(TraceOut, Instant)>>,
 }
@@ -43,18 +46,54 @@ impl Registry {
             store,
             max_streams,
             modules: Mutex::new(BTreeMap::new()),
+            builtins: Mutex::new(BTreeMap::new()),
             active: Mutex::new(BTreeMap::new()),
             recorder: Mutex::new(None),
         }))
     }
 
-    /// A registry holding the built-in policies, ready to use by name.
+    /// A registry holding the built-in policies, ready to use by name (each compiled when
+    /// first used).
     pub fn with_builtins(store: Store, max_streams: u32, limits: Limits) -> Result<Arc<Self>> {
         let registry = Registry::new(store, max_streams, limits)?;
-        for (name, module) in valet_policies::BUILTIN {
-            registry.load(name, module)?;
-        }
+        registry
+            .builtins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(
+                valet_policies::BUILTIN
+                    .iter()
+                    .map(|(name, bytes)| (name.to_string(), *bytes)),
+            );
         Ok(registry)
+    }
+
+    /// The policy loaded as `name`, compiling it first if it is a built-in not used yet.
+    fn loaded(&self, name: &str) -> Result<Option<Arc<PolicyModule>>> {
+        if let Some(module) = self.lock_modules().get(name) {
+            return Ok(Some(module.clone()));
+        }
+        let builtin = self
+            .builtins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied();
+        builtin.map(|bytes| self.load(name, bytes)).transpose()
+    }
+
+    /// Whether a policy of that name is loaded or built in.
+    fn knows(&self, name: &str) -> bool {
+        self.lock_modules().contains_key(name)
+            || self
+                .builtins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(name)
+    }
+
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<PolicyModule>>> {
+        self.modules.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records every placement call of the tenants activated from now on into `out`.
@@ -70,8 +109,7 @@ impl Registry {
             // `--policy rocks.wasm` where no such file exists: the built-in of that name.
             if !path.exists() && !spec.contains('/') {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-                let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(stem) = stem.filter(|s| modules.contains_key(s.as_str())) {
+                if let Some(stem) = stem.filter(|s| self.knows(s)) {
                     return Ok(stem);
                 }
             }
@@ -84,11 +122,19 @@ impl Registry {
             self.load(&name, &bytes)?;
             return Ok(name);
         }
-        let modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
-        if modules.contains_key(spec) {
+        if self.knows(spec) {
             return Ok(spec.to_string());
         }
-        let known: Vec<&str> = modules.keys().map(String::as_str).collect();
+        let mut known: Vec<String> = self.lock_modules().keys().cloned().collect();
+        known.extend(
+            self.builtins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
+        known.sort();
+        known.dedup();
         bail!(
             "no policy named {spec} (known: {}; or give a FILE.wasm)",
             known.join(", ")
@@ -106,21 +152,19 @@ impl Registry {
             bail!("policy name {name:?} must be letters, digits, '-', '_' or '.'");
         }
         let module = Arc::new(PolicyModule::new(&self.engine, name, bytes, self.limits)?);
-        self.modules
+        self.lock_modules().insert(name.to_string(), module.clone());
+        // A module loaded under a built-in's name replaces the built-in.
+        self.builtins
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), module.clone());
+            .remove(name);
         Ok(module)
     }
 
     /// Makes a loaded policy the tenant's placement from now on.
     pub fn activate(&self, tenant: &str, policy: &str) -> Result<()> {
         let module = self
-            .modules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(policy)
-            .cloned()
+            .loaded(policy)?
             .ok_or_else(|| anyhow!("no policy named {policy} is loaded"))?;
         let mut placement: Arc<dyn valet_vfs::Placement> =
             Arc::new(WasmPlacement::new(module, self.max_streams)?);
@@ -138,11 +182,7 @@ impl Registry {
 
     /// A loaded policy by name.
     pub fn module(&self, name: &str) -> Result<Arc<PolicyModule>> {
-        self.modules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned()
+        self.loaded(name)?
             .ok_or_else(|| anyhow!("no policy named {name} is loaded"))
     }
 
@@ -152,20 +192,29 @@ impl Registry {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        self.modules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let info = |name: &str, sha256: String| PolicyInfo {
+            name: name.to_string(),
+            sha256,
+            tenants: active
+                .iter()
+                .filter(|(_, p)| p.as_str() == name)
+                .map(|(t, _)| t.clone())
+                .collect(),
+        };
+        let mut all: Vec<PolicyInfo> = self
+            .lock_modules()
             .values()
-            .map(|m| PolicyInfo {
-                name: m.name.clone(),
-                sha256: m.sha256.clone(),
-                tenants: active
-                    .iter()
-                    .filter(|(_, p)| **p == m.name)
-                    .map(|(t, _)| t.clone())
-                    .collect(),
-            })
-            .collect()
+            .map(|m| info(&m.name, m.sha256.clone()))
+            .collect();
+        all.extend(
+            self.builtins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(name, bytes)| info(name, policy::sha256_hex(bytes))),
+        );
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
     }
 
     pub fn store(&self) -> &Store {
@@ -180,5 +229,67 @@ impl Registry {
             .max_active
             .saturating_sub(2)
             .max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use valet_vfs::device::{Geometry, MemoryDevice};
+    use valet_vfs::StoreConfig;
+
+    fn registry() -> Arc<Registry> {
+        let geometry = Geometry {
+            zone_count: 16,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            block_size: 4096,
+            max_open: 6,
+            max_active: 6,
+        };
+        let device = Arc::new(MemoryDevice::new(geometry).unwrap());
+        let store = Store::open(device, StoreConfig::default()).unwrap();
+        Registry::with_builtins(store, 4, Limits::default()).unwrap()
+    }
+
+    fn builtin(name: &str) -> &'static [u8] {
+        valet_policies::BUILTIN
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, bytes)| *bytes)
+            .unwrap()
+    }
+
+    #[test]
+    fn built_ins_are_compiled_when_first_used() {
+        let registry = registry();
+        assert!(registry.lock_modules().is_empty(), "none compiled at start");
+        let listed: Vec<String> = registry.list().into_iter().map(|p| p.name).collect();
+        let all: Vec<&str> = valet_policies::BUILTIN.iter().map(|(n, _)| *n).collect();
+        assert_eq!(listed.len(), all.len(), "{listed:?}");
+        assert_eq!(registry.resolve("rocks").unwrap(), "rocks");
+        assert_eq!(registry.resolve("rocks.wasm").unwrap(), "rocks");
+        assert!(
+            registry.lock_modules().is_empty(),
+            "naming one compiles nothing"
+        );
+        registry.activate("app", "rocks").unwrap();
+        let compiled: Vec<String> = registry.lock_modules().keys().cloned().collect();
+        assert_eq!(compiled, ["rocks"]);
+        let info = registry.list().into_iter().find(|p| p.name == "rocks");
+        assert_eq!(info.unwrap().tenants, ["app"]);
+        assert!(registry.resolve("no-such-policy").is_err());
+    }
+
+    #[test]
+    fn a_module_loaded_under_a_built_ins_name_replaces_it() {
+        let registry = registry();
+        registry.load("rocks", builtin("default")).unwrap();
+        let sha = policy::sha256_hex(builtin("default"));
+        assert_eq!(registry.module("rocks").unwrap().sha256, sha);
+        let listed = registry.list();
+        let rocks: Vec<&PolicyInfo> = listed.iter().filter(|p| p.name == "rocks").collect();
+        assert_eq!(rocks.len(), 1, "{listed:?}");
+        assert_eq!(rocks[0].sha256, sha);
     }
 }
