@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -56,15 +56,11 @@ impl Registry {
     /// first used).
     pub fn with_builtins(store: Store, max_streams: u32, limits: Limits) -> Result<Arc<Self>> {
         let registry = Registry::new(store, max_streams, limits)?;
-        registry
-            .builtins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(
-                valet_policies::BUILTIN
-                    .iter()
-                    .map(|(name, bytes)| (name.to_string(), *bytes)),
-            );
+        registry.lock_builtins().extend(
+            valet_policies::BUILTIN
+                .iter()
+                .map(|(name, bytes)| (name.to_string(), *bytes)),
+        );
         Ok(registry)
     }
 
@@ -73,26 +69,32 @@ impl Registry {
         if let Some(module) = self.lock_modules().get(name) {
             return Ok(Some(module.clone()));
         }
-        let builtin = self
-            .builtins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied();
-        builtin.map(|bytes| self.load(name, bytes)).transpose()
+        let Some(bytes) = self.lock_builtins().get(name).copied() else {
+            return Ok(None);
+        };
+        let module = Arc::new(PolicyModule::new(&self.engine, name, bytes, self.limits)?);
+        let mut builtins = self.lock_builtins();
+        let mut modules = self.lock_modules();
+        // Unless a module was loaded under this name meanwhile (it came later, so it wins)
+        // or another call compiled the built-in first.
+        if builtins.remove(name).is_some() {
+            modules.insert(name.to_string(), module);
+        }
+        Ok(modules.get(name).cloned())
     }
 
     /// Whether a policy of that name is loaded or built in.
     fn knows(&self, name: &str) -> bool {
-        self.lock_modules().contains_key(name)
-            || self
-                .builtins
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(name)
+        let builtins = self.lock_builtins();
+        builtins.contains_key(name) || self.lock_modules().contains_key(name)
     }
 
-    fn lock_modules(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<PolicyModule>>> {
+    // Lock order: `builtins`, then `modules`.
+    fn lock_builtins(&self) -> MutexGuard<'_, BTreeMap<String, &'static [u8]>> {
+        self.builtins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_modules(&self) -> MutexGuard<'_, BTreeMap<String, Arc<PolicyModule>>> {
         self.modules.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -125,16 +127,11 @@ impl Registry {
         if self.knows(spec) {
             return Ok(spec.to_string());
         }
-        let mut known: Vec<String> = self.lock_modules().keys().cloned().collect();
-        known.extend(
-            self.builtins
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned(),
-        );
+        let builtins = self.lock_builtins();
+        let mut known: Vec<&str> = builtins.keys().map(String::as_str).collect();
+        let modules = self.lock_modules();
+        known.extend(modules.keys().map(String::as_str));
         known.sort();
-        known.dedup();
         bail!(
             "no policy named {spec} (known: {}; or give a FILE.wasm)",
             known.join(", ")
@@ -152,12 +149,10 @@ impl Registry {
             bail!("policy name {name:?} must be letters, digits, '-', '_' or '.'");
         }
         let module = Arc::new(PolicyModule::new(&self.engine, name, bytes, self.limits)?);
-        self.lock_modules().insert(name.to_string(), module.clone());
         // A module loaded under a built-in's name replaces the built-in.
-        self.builtins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
+        let mut builtins = self.lock_builtins();
+        builtins.remove(name);
+        self.lock_modules().insert(name.to_string(), module.clone());
         Ok(module)
     }
 
@@ -201,17 +196,15 @@ impl Registry {
                 .map(|(t, _)| t.clone())
                 .collect(),
         };
-        let mut all: Vec<PolicyInfo> = self
-            .lock_modules()
-            .values()
-            .map(|m| info(&m.name, m.sha256.clone()))
+        let builtins = self.lock_builtins();
+        let mut all: Vec<PolicyInfo> = builtins
+            .iter()
+            .map(|(name, bytes)| info(name, policy::sha256_hex(bytes)))
             .collect();
         all.extend(
-            self.builtins
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|(name, bytes)| info(name, policy::sha256_hex(bytes))),
+            self.lock_modules()
+                .values()
+                .map(|m| info(&m.name, m.sha256.clone())),
         );
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
