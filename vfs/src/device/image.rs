@@ -1504,8 +1504,10 @@ mod tests {
         d.write(2, PREPARE_AHEAD, &big).unwrap();
         d.sync().unwrap();
         d.wait_filled();
+        // Its own megabyte, and perhaps an extent-tree block of the host file system; a
+        // fill would add another megabyte.
         assert!(
-            allocated() <= streamed + PREPARE_AHEAD,
+            allocated() <= streamed + PREPARE_AHEAD + 16 * BS as u64,
             "a streaming zone was filled: {} after {streamed}",
             allocated()
         );
@@ -1530,6 +1532,10 @@ mod tests {
     fn sync_prepares_blocks_past_the_write_pointer() {
         let (_dir, path, d) = image_of_8_zones(4 << 20);
         let allocated = || allocated_bytes(&path);
+        // The file's allocation also counts the host file system's extent-tree blocks,
+        // which come and go as its writeback merges extents (one 4 KiB block less, once in
+        // about 60 runs here); a fill or a punch changes it by a megabyte.
+        let level = |a: u64, b: u64| a.abs_diff(b) <= 16 * BS as u64;
         d.write(2, 0, &block(5)).unwrap();
         let before = allocated();
         d.sync().unwrap();
@@ -1555,13 +1561,13 @@ mod tests {
         d.write(2, 2 * BS as u64, &block(7)).unwrap();
         d.sync().unwrap();
         d.wait_filled();
-        assert_eq!(allocated(), steady);
+        assert!(level(allocated(), steady), "{} {steady}", allocated());
         // A reset keeps the zone's blocks: writing it again needs no fill.
         d.reset(2).unwrap();
         d.write(2, 0, &block(8)).unwrap();
         d.sync().unwrap();
         d.wait_filled();
-        assert_eq!(allocated(), steady);
+        assert!(level(allocated(), steady), "{} {steady}", allocated());
         d.read(2, 0, &mut buf).unwrap();
         assert_eq!(buf, block(8));
         // Once the space of an empty zone is given back, the next sync prepares it again.
@@ -1579,7 +1585,7 @@ mod tests {
         d.reset(2).unwrap();
         d.write(2, 0, &block(10)).unwrap();
         punch_if_empty(&d.core, 2).unwrap();
-        assert_eq!(allocated(), used);
+        assert!(level(allocated(), used), "{} {used}", allocated());
         d.read(2, 0, &mut buf).unwrap();
         assert_eq!(buf, block(10));
     }
