@@ -9,7 +9,7 @@
 //! second run does. The setups take turns within each round, so the machine's noise falls
 //! on all of them alike.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -147,7 +147,7 @@ fn measure(
 }
 
 /// `valet-run` of the guest on the default device in `device`.
-fn valet(runner: &Runner, wasm: &Path, device: &PathBuf) -> Command {
+fn valet(runner: &Runner, wasm: &Path, device: &Path) -> Command {
     let mut cmd = Command::new(&runner.valet_run);
     cmd.arg("--device").arg(device).arg(wasm).arg(MOUNT);
     cmd
