@@ -41,6 +41,12 @@ impl DeviceSpec {
 
     /// Opens (creating on first use) the device.
     pub fn open_device(&self) -> Result<Arc<dyn ZonedDevice>> {
+        self.open_device_as(false)
+    }
+
+    /// Opens the device; `read_only` opens an existing image for reading only (a real
+    /// drive is opened as for a run: the read-only store writes nothing to it).
+    fn open_device_as(&self, read_only: bool) -> Result<Arc<dyn ZonedDevice>> {
         if let Some(root) = &self.zonefs {
             let options = ZonefsOptions {
                 zone_capacity: self.zonefs_capacity,
@@ -60,6 +66,7 @@ impl DeviceSpec {
         let options = ImageOptions {
             io: self.io,
             accept_existing_geometry: true,
+            read_only,
         };
         let dev = ImageDevice::open_or_create(self.image_path(), self.geometry, options)?;
         Ok(Arc::new(dev))
@@ -77,9 +84,28 @@ impl DeviceSpec {
 
     /// Mounts an existing store only: tools that inspect must not create one.
     pub fn mount_existing(&self) -> Result<Store> {
+        self.check_exists()?;
+        self.mount()
+    }
+
+    /// Mounts an existing store read-only ([`StoreConfig::read_only`]): nothing on the
+    /// device or in the conventional area changes, and a store in use by a running
+    /// `valet-run` is refused (its image is locked).
+    pub fn mount_read_only(&self) -> Result<Store> {
+        self.check_exists()?;
+        let device = self.open_device_as(true)?;
+        let config = StoreConfig {
+            conventional_dir: Some(self.conventional_dir()),
+            read_only: true,
+            ..Default::default()
+        };
+        Store::open(device, config).context("mounting the store read-only")
+    }
+
+    fn check_exists(&self) -> Result<()> {
         if self.zonefs.is_none() && self.fdp.is_none() && !self.image_path().exists() {
             anyhow::bail!("no store at {}", Path::new(&self.dir).display());
         }
-        self.mount()
+        Ok(())
     }
 }

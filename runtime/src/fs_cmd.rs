@@ -25,7 +25,12 @@
 //! one, as the first `valet-run` does (with the same `--zone-size`, `--zones` and
 //! `--max-open`); every other command fails on a device without a store. `import` is also
 //! the only one that writes; it creates the tenant if needed and syncs the store before it
-//! returns. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
+//! returns. Every other command mounts the store read-only: it changes nothing on the
+//! device (the image file is opened for reading only, and several inspections may run at
+//! once), it is refused while a `valet-run` has the store, and it sees a store after a
+//! crash as the next mount would recover it. `fsck` reports whatever it finds, even
+//! metadata a writable mount would refuse; `ls`, `cat`, `export` and `tenants` refuse such
+//! a store. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
 //! cannot check at all, like every other failure of ours.
 
 use std::fs;
@@ -212,7 +217,7 @@ impl StoreArgs {
         }
     }
 
-    /// Mounts the store, refusing to create one.
+    /// Mounts the store to write it, refusing to create one.
     fn mount(&self) -> Result<Store> {
         let spec = self.spec();
         if let Some(root) = spec.zonefs.as_ref().or(spec.fdp.as_ref()) {
@@ -223,6 +228,28 @@ impl StoreArgs {
             }
         }
         spec.mount_existing()
+    }
+
+    /// Mounts the store read-only to look at it, as it is: the fsck report, whatever it
+    /// finds.
+    fn mount_to_check(&self) -> Result<Store> {
+        self.spec().mount_read_only()
+    }
+
+    /// Mounts the store read-only to read its files, refusing one whose metadata does not
+    /// hold together (a writable mount refuses it too; a namespace with a cycle would
+    /// never end a recursive listing).
+    fn mount_to_read(&self) -> Result<Store> {
+        let store = self.mount_to_check()?;
+        let report = store.fsck().context("checking the store")?;
+        if !report.is_clean() {
+            bail!(
+                "the store's metadata is inconsistent (`valet-run fs fsck` lists the \
+                 problems): {}",
+                report.findings()
+            );
+        }
+        Ok(store)
     }
 }
 
@@ -279,12 +306,12 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             recursive,
             path,
         } => {
-            let store = store.mount()?;
+            let store = store.mount_to_read()?;
             let root = existing_tenant(&store, &tenant.tenant)?;
             ls(&store, root, &path, recursive, out).with_context(|| format!("ls {path}"))?;
         }
         FsCommand::Zones { store } => {
-            let store = store.mount()?;
+            let store = store.mount_to_check()?;
             zones(&store, out)?;
         }
         FsCommand::Cat {
@@ -292,7 +319,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             tenant,
             path,
         } => {
-            let store = store.mount()?;
+            let store = store.mount_to_read()?;
             let root = existing_tenant(&store, &tenant.tenant)?;
             cat(&store, root, &path, out).with_context(|| format!("cat {path}"))?;
         }
@@ -317,7 +344,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             let (_, root) = store.tenant(&tenant.tenant)?;
             let copied = import(&store, root, &host, &guest)
                 .with_context(|| format!("import {} {guest}", host.display()))?;
-            store.sync().context("syncing the store")?;
+            store.unmount().context("syncing the store")?;
             writeln!(out, "imported {copied}")?;
         }
         FsCommand::Export {
@@ -326,14 +353,14 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             guest,
             host,
         } => {
-            let store = store.mount()?;
+            let store = store.mount_to_read()?;
             let root = existing_tenant(&store, &tenant.tenant)?;
             let copied = export(&store, root, &guest, &host)
                 .with_context(|| format!("export {guest} {}", host.display()))?;
             writeln!(out, "exported {copied}")?;
         }
         FsCommand::Fsck { store, deep } => {
-            let store = store.mount()?;
+            let store = store.mount_to_check()?;
             let report = match deep {
                 true => store.fsck_deep(),
                 false => store.fsck(),
@@ -365,7 +392,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             writeln!(out, "fsck: clean")?;
         }
         FsCommand::Tenants { store } => {
-            let store = store.mount()?;
+            let store = store.mount_to_read()?;
             for (id, name, _) in store.tenants() {
                 let (names, bytes) = (store.tenant_entries(id)?, store.tenant_bytes(id)?);
                 writeln!(out, "{id:>4}  {name}  {names} names  {bytes} bytes")?;

@@ -419,9 +419,9 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         };
         Ok(code)
     };
-    // Whatever the guests left open or unsynced is made durable before we report, even
-    // when one of them failed.
-    store.sync().context("syncing the store at exit")?;
+    // Whatever the guests left open or unsynced is made durable, and the journal sealed,
+    // before we report, even when one of them failed.
+    store.unmount().context("syncing the store at exit")?;
     let stats = store.stats();
     if cli.stats {
         eprint!("{}", valet_runtime::stats::summary(&stats));

@@ -211,6 +211,54 @@ fn a_tree_goes_in_and_comes_back_out_byte_for_byte() {
     assert!(stdout(&out).contains("default"), "{}", stdout(&out));
 }
 
+/// Looking changes nothing: every inspecting command leaves each byte and modification
+/// time of the device's files as it was, and none runs while a writer has the store.
+#[test]
+fn inspecting_changes_nothing_and_is_refused_while_a_writer_has_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src, dst) = (
+        tmp.path().join("dev"),
+        tmp.path().join("src"),
+        tmp.path().join("dst"),
+    );
+    new_store(&dev);
+    make_tree(&src);
+    assert_ok(&fs(&dev, &["import", src.to_str().unwrap(), "/t"]));
+    let files = || {
+        let mut all: Vec<_> = snapshot(&dev).into_iter().collect();
+        for (rel, _) in all.iter_mut() {
+            let modified = std::fs::metadata(dev.join(&*rel))
+                .unwrap()
+                .modified()
+                .unwrap();
+            rel.push(format!("{modified:?}"));
+        }
+        all
+    };
+    let before = files();
+    for args in [
+        &["ls", "-R", "/"][..],
+        &["cat", "/t/big.bin"],
+        &["cat", "/t/CURRENT"],
+        &["export", "/t", dst.to_str().unwrap()],
+        &["fsck", "--deep"],
+        &["tenants"],
+        &["zones"],
+    ] {
+        assert_ok(&fs(&dev, args));
+    }
+    assert!(
+        before == files(),
+        "an inspecting command changed the device's files"
+    );
+    assert_eq!(snapshot(&src), snapshot(&dst), "the exported tree differs");
+
+    let writer = small_device(&dev).mount().unwrap();
+    assert_error(&fs(&dev, &["ls", "/"]), "in use by another process");
+    drop(writer);
+    assert_ok(&fs(&dev, &["ls", "/"]));
+}
+
 /// Every path under `root`, links as links: (kind, content or target).
 fn snapshot_links(root: &Path) -> BTreeMap<PathBuf, (char, Vec<u8>)> {
     let mut out = BTreeMap::new();

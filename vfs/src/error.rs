@@ -42,6 +42,9 @@ pub enum Error {
     /// state; the store refuses further changes until it is mounted again.
     #[error("store stopped after a failure: {0}")]
     Stopped(String),
+    /// A change asked of a store mounted read-only ([`crate::Store::open_read_only`]).
+    #[error("read-only store")]
+    ReadOnly,
     #[error(transparent)]
     Device(#[from] DeviceError),
     /// The I/O error is in the message, not its source: one line shows it once.
@@ -73,6 +76,7 @@ impl Error {
             Error::TooLarge => libc::EFBIG,
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Unsupported(_) => libc::ENOTSUP,
+            Error::ReadOnly | Error::Device(DeviceError::ReadOnly(_)) => libc::EROFS,
             Error::Corrupt(_) | Error::Stopped(_) | Error::Device(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Loop => libc::ELOOP,

@@ -389,6 +389,15 @@ fn setup() -> impl Strategy<Value = Setup> {
 trait Backend {
     fn setup(&self) -> &Setup;
     fn try_mount(&self) -> valet_vfs::Result<Store>;
+    /// A read-only mount, checked to change nothing on the device (where the backend can
+    /// tell); None where the backend has none.
+    fn try_mount_read_only(&self) -> Option<valet_vfs::Result<Store>> {
+        None
+    }
+    /// Device commands that change it so far, where the backend counts them.
+    fn commands(&self) -> u64 {
+        0
+    }
     fn mount(&self) -> Store {
         self.try_mount()
             .unwrap_or_else(|e| panic!("mount failed: {e}"))
@@ -579,6 +588,18 @@ impl Backend for Memory {
         Store::open(process as Arc<dyn ZonedDevice>, self.config.clone())
     }
 
+    fn try_mount_read_only(&self) -> Option<valet_vfs::Result<Store>> {
+        let config = StoreConfig {
+            read_only: true,
+            ..self.config.clone()
+        };
+        Some(Store::open(self.dev.clone(), config))
+    }
+
+    fn commands(&self) -> u64 {
+        self.dev.commands.load(Ordering::SeqCst)
+    }
+
     fn power_fail(&self) {
         if let Some(process) = self.process.lock().unwrap().take() {
             *process.dead.write().unwrap() = true;
@@ -639,6 +660,19 @@ impl Backend for Image {
     fn try_mount(&self) -> valet_vfs::Result<Store> {
         let dev = ImageDevice::open(&self.path, ImageOptions::default())?;
         Store::open(Arc::new(dev), self.config.clone())
+    }
+
+    fn try_mount_read_only(&self) -> Option<valet_vfs::Result<Store>> {
+        let options = ImageOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let config = StoreConfig {
+            read_only: true,
+            ..self.config.clone()
+        };
+        let mount = || Store::open(Arc::new(ImageDevice::open(&self.path, options)?), config);
+        Some(mount())
     }
 }
 
@@ -783,6 +817,60 @@ enum Named {
 }
 
 type Namespace = BTreeMap<String, Named>;
+
+/// The tree under `root` as `store` holds it.
+fn tree_of(store: &Store, root: Ino) -> Namespace {
+    let mut tree = Namespace::new();
+    let mut stack = vec![(String::new(), root)];
+    while let Some((dir, ino)) = stack.pop() {
+        for e in store.read_dir(ino).unwrap() {
+            let path = if dir.is_empty() {
+                e.name.clone()
+            } else {
+                format!("{dir}/{}", e.name)
+            };
+            match e.kind {
+                FileKind::Dir => {
+                    tree.insert(path.clone(), Named::Dir);
+                    stack.push((path, e.ino));
+                }
+                FileKind::File => {
+                    tree.insert(path, Named::File(e.ino));
+                }
+                // The model makes no links (`tests/symlinks.rs` covers them).
+                FileKind::Symlink => panic!("{path}: a symlink the model never made"),
+            }
+        }
+    }
+    tree
+}
+
+/// The tree under tenant `app`'s root with every file's bytes.
+fn contents_of(store: &Store) -> BTreeMap<String, (Named, Vec<u8>)> {
+    let (_, _, root) = store
+        .tenants()
+        .into_iter()
+        .find(|(_, name, _)| name == "app")
+        .expect("tenant app");
+    let read = |path: &str| {
+        let fh = store.open_file(root, path, OpenOptions::read()).unwrap();
+        let size = fh.metadata().unwrap().size as usize;
+        let mut buf = vec![0u8; size + 1];
+        let n = fh.read_at(&mut buf, 0).unwrap();
+        assert_eq!(n, size, "{path}: short read");
+        buf.truncate(n);
+        buf
+    };
+    let tree = tree_of(store, root).into_iter();
+    tree.map(|(path, named)| {
+        let data = match named {
+            Named::File(_) => read(&path),
+            Named::Dir => Vec::new(),
+        };
+        (path, (named, data))
+    })
+    .collect()
+}
 
 #[derive(Default)]
 struct Model {
@@ -1538,11 +1626,29 @@ impl<B: Backend> Harness<B> {
             }
         }
         if self.store.is_none() {
+            // What a read-only mount sees first is what the writable mount recovers, and
+            // it changes nothing on the device.
+            let commands = self.backend.commands();
+            let seen = self.backend.try_mount_read_only().map(|mounted| {
+                let store = mounted.unwrap_or_else(|e| panic!("read-only mount: {e}"));
+                let report = store.fsck().unwrap();
+                assert!(report.is_clean(), "fsck of the read-only mount: {report:?}");
+                contents_of(&store)
+            });
+            assert_eq!(
+                self.backend.commands(),
+                commands,
+                "a read-only mount changed the device"
+            );
             self.store = Some(
                 self.backend
                     .try_mount()
                     .unwrap_or_else(|e| panic!("mount after power failure: {e}")),
             );
+            if let Some(seen) = seen {
+                let recovered = contents_of(self.store());
+                assert!(seen == recovered, "the read-only mount saw another store");
+            }
         }
         let (_, root) = self.store().tenant("app").unwrap();
         assert_eq!(root, self.root);
@@ -1629,29 +1735,7 @@ impl<B: Backend> Harness<B> {
 
     /// Every path of the store's tree and what it names.
     fn store_tree(&self) -> Namespace {
-        let mut tree = Namespace::new();
-        let mut stack = vec![(String::new(), self.root)];
-        while let Some((dir, ino)) = stack.pop() {
-            for e in self.store().read_dir(ino).unwrap() {
-                let path = if dir.is_empty() {
-                    e.name.clone()
-                } else {
-                    format!("{dir}/{}", e.name)
-                };
-                match e.kind {
-                    FileKind::Dir => {
-                        tree.insert(path.clone(), Named::Dir);
-                        stack.push((path, e.ino));
-                    }
-                    FileKind::File => {
-                        tree.insert(path, Named::File(e.ino));
-                    }
-                    // The model makes no links (`tests/symlinks.rs` covers them).
-                    FileKind::Symlink => panic!("{path}: a symlink the model never made"),
-                }
-            }
-        }
-        tree
+        tree_of(self.store(), self.root)
     }
 
     /// After a power failure: the namespace is one the operations since the last commit

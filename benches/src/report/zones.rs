@@ -20,6 +20,7 @@ pub fn read(device_dir: &Path) -> Result<ZoneMap, String> {
     let options = ImageOptions {
         io: IoMode::Sync,
         accept_existing_geometry: true,
+        read_only: false,
     };
     let image = device_dir.join("zones.img");
     if !image.exists() {

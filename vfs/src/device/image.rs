@@ -50,6 +50,10 @@
 //! goes to the file with no lock held, so writes to different zones and reads proceed in
 //! parallel.
 //!
+//! Opened with [`ImageOptions::read_only`] (for tools that inspect a store), the file is
+//! opened for reading only and locked shared: readers exclude a writer, not each other.
+//! Such a device refuses writes, resets and finishes, and writes nothing on sync or drop.
+//!
 //! A write of [`EARLY_WRITEBACK`] bytes or more (a flushed buffer, a GC copy) starts the
 //! host's writeback of its range at once. The image is one host file, so its fdatasync
 //! writes back every dirty page of it: without this, a sync of a few bytes after megabytes
@@ -106,6 +110,8 @@ pub struct ImageOptions {
     /// `open_or_create`: use an existing image even if its geometry differs from the one
     /// asked for (instead of failing).
     pub accept_existing_geometry: bool,
+    /// Open for reading only (see the module comment); never creates an image.
+    pub read_only: bool,
 }
 
 /// Where things live in the image, all derived from the geometry.
@@ -262,6 +268,7 @@ pub struct ImageDevice {
     syncs: AtomicU64,
     note: Option<String>,
     filler: Filler,
+    read_only: bool,
     /// Tests: drop as a crash would.
     #[cfg(test)]
     abandoned: Mutex<bool>,
@@ -411,6 +418,12 @@ impl ImageDevice {
         options: ImageOptions,
     ) -> Result<Self, DeviceError> {
         let path = path.as_ref();
+        if options.read_only {
+            return Err(bad(
+                path,
+                "does not exist (a read-only open creates nothing)",
+            ));
+        }
         geometry.validate()?;
         let layout = Layout::new(geometry).ok_or_else(|| {
             DeviceError::BadGeometry("device is too large for an image file".to_string())
@@ -438,7 +451,7 @@ impl ImageDevice {
         layout: Layout,
         options: ImageOptions,
     ) -> Result<Self, DeviceError> {
-        lock_file(path, &file)?;
+        lock_file(path, &file, false)?;
         file.set_len(layout.file_len)?;
         let engine = IoEngine::new(file, options.io)?;
         let table = ZoneTable::new(layout.geometry)?;
@@ -448,7 +461,7 @@ impl ImageDevice {
         engine.sync_data()?;
         sync_parent_dir(path)?;
         let state = State::new(table, entries, 0, 1);
-        Ok(Self::assemble(path, engine, layout, state, None))
+        Ok(Self::assemble(path, engine, layout, state, None, false))
     }
 
     /// Opens an existing image, taking the geometry from its header. Every structure is
@@ -457,10 +470,10 @@ impl ImageDevice {
         let path = path.as_ref();
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!options.read_only)
             .open(path)
             .map_err(|e| bad(path, format!("cannot open: {e}")))?;
-        lock_file(path, &file)?;
+        lock_file(path, &file, options.read_only)?;
         let len = file
             .metadata()
             .map_err(|e| bad(path, format!("cannot stat: {e}")))?
@@ -494,7 +507,14 @@ impl ImageDevice {
         let table = ZoneTable::restore(layout.geometry, &entries)
             .map_err(|why| bad(path, format!("zone table: {why}")))?;
         let state = State::new(table, entries, newest_slot, seq);
-        Ok(Self::assemble(path, engine, layout, state, note))
+        Ok(Self::assemble(
+            path,
+            engine,
+            layout,
+            state,
+            note,
+            options.read_only,
+        ))
     }
 
     /// Opens the image if it exists, creates it otherwise. An existing image whose geometry
@@ -529,6 +549,7 @@ impl ImageDevice {
         layout: Layout,
         state: State,
         note: Option<String>,
+        read_only: bool,
     ) -> Self {
         let core = Arc::new(Core {
             engine,
@@ -543,6 +564,7 @@ impl ImageDevice {
             sync_lock: Mutex::new(()),
             syncs: AtomicU64::new(0),
             note,
+            read_only,
             #[cfg(test)]
             abandoned: Mutex::new(false),
         }
@@ -586,11 +608,20 @@ impl ImageDevice {
 
     /// Fault injection: makes the zone ReadOnly or Offline (persisted by the next sync).
     pub fn set_condition(&self, zone: ZoneId, state: ZoneState) -> Result<(), DeviceError> {
+        self.writable("a fault")?;
         self.lock().table.set_condition(zone, state)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.core.lock()
+    }
+
+    /// Refuses `what` on a read-only device.
+    fn writable(&self, what: &'static str) -> Result<(), DeviceError> {
+        match self.read_only {
+            true => Err(DeviceError::ReadOnly(what)),
+            false => Ok(()),
+        }
     }
 
     /// Writes the zone table into the older copy if it changed, or with `lazy` only if it
@@ -699,6 +730,7 @@ impl ZonedDevice for ImageDevice {
         data: &[u8],
         during: &mut dyn FnMut(),
     ) -> Result<(), DeviceError> {
+        self.writable("a write")?;
         let len = data.len() as u64;
         {
             let mut st = self.lock();
@@ -727,6 +759,7 @@ impl ZonedDevice for ImageDevice {
     }
 
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.writable("an append")?;
         let len = data.len() as u64;
         let mut st = self.lock();
         while st.punching.contains(&zone) {
@@ -799,6 +832,7 @@ impl ZonedDevice for ImageDevice {
     /// zone's space back once it has stayed empty for [`WARM_FOR`]; past [`WARM_ZONES`] warm
     /// zones, the oldest goes at once.
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("a reset")?;
         let old_wp = self.reset_table(zone)?;
         if old_wp == 0 {
             return Ok(());
@@ -821,10 +855,12 @@ impl ZonedDevice for ImageDevice {
     /// reads past a write pointer but recovery, which takes a journal record there only
     /// when its sequence number continues the zone's records (the old ones are older).
     fn reset_for_rewrite(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("a reset")?;
         self.reset_table(zone).map(drop)
     }
 
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("a finish")?;
         self.lock().table.finish(zone)
     }
 
@@ -837,6 +873,10 @@ impl ZonedDevice for ImageDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            // Nothing was written through this device: nothing to make durable.
+            return Ok(());
+        }
         let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.write_table(true)?;
         if let Err(e) = self.core.engine.sync_data() {
@@ -860,6 +900,9 @@ impl Drop for ImageDevice {
     fn drop(&mut self) {
         #[cfg(test)]
         if *self.abandoned.lock().unwrap() {
+            return;
+        }
+        if self.read_only {
             return;
         }
         let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -902,14 +945,16 @@ fn describe(g: &Geometry) -> String {
     )
 }
 
-fn lock_file(path: &Path, file: &File) -> Result<(), DeviceError> {
+/// Locks the image: exclusively to write it, shared to read it.
+fn lock_file(path: &Path, file: &File, shared: bool) -> Result<(), DeviceError> {
     // A process killed a moment ago may still hold the lock for a few milliseconds while
     // the kernel tears down its io_uring; a supervisor restarting it must not fail for that.
     const PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
     let start = std::time::Instant::now();
     loop {
         // SAFETY: plain syscall on a descriptor we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
         if rc == 0 {
             return Ok(());
         }

@@ -170,6 +170,9 @@ pub enum DeviceError {
     BadGeometry(String),
     #[error("image {path}: {why}")]
     BadImage { path: String, why: String },
+    /// A write, reset or finish on a device opened for reading only.
+    #[error("device opened read-only: {0} not allowed")]
+    ReadOnly(&'static str),
     /// The I/O error is in the message, not its source: one line shows it once.
     #[error("device I/O: {0}")]
     Io(std::io::Error),

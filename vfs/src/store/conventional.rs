@@ -21,6 +21,8 @@ pub struct ConventionalArea {
     freed: Vec<Ino>,
     /// A host file was created since the directory was last synced.
     dir_dirty: bool,
+    /// Opened by a read-only store: host files are opened for reading, never created.
+    read_only: bool,
 }
 
 impl ConventionalArea {
@@ -31,15 +33,32 @@ impl ConventionalArea {
             dir,
             freed: Vec::new(),
             dir_dirty: false,
+            read_only: false,
         })
+    }
+
+    /// The area of a read-only store, or None when its directory does not exist (no
+    /// conventional file was ever written).
+    pub fn open_read_only(path: &Path) -> Result<Option<Self>> {
+        match Dir::open_ambient_dir(path, ambient_authority()) {
+            Ok(dir) => Ok(Some(ConventionalArea {
+                dir,
+                freed: Vec::new(),
+                dir_dirty: false,
+                read_only: true,
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn open_file(&mut self, ino: Ino) -> Result<File> {
         let name = ino.to_string();
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
+        opts.read(true).write(!self.read_only);
         match self.dir.open_with(&name, &opts) {
             Ok(f) => Ok(f.into_std()),
+            Err(e) if self.read_only => Err(e.into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 opts.create(true);
                 self.dir_dirty = true;

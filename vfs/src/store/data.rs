@@ -29,6 +29,7 @@ use std::time::Instant;
 use super::alloc::Reserved;
 use super::buffer::{Backing, Detached, Window};
 use super::events::Event;
+use super::inline;
 use super::state::{Ino, MetaOp, TenantId};
 use super::zone_map::StreamKey;
 use super::{now_ns, Inner, Store};
@@ -769,7 +770,18 @@ impl Store {
         let n = ((size - offset) as usize).min(buf.len());
         let buf = &mut buf[..n];
         if inode.hint.class == Class::Conventional {
-            let file = inner.host_file(ino)?;
+            let file = match inner.host_file(ino) {
+                Ok(file) => file,
+                // A read-only store creates no host file: a missing one reads as the empty
+                // file a writable mount would create.
+                Err(Error::Io(e))
+                    if inner.config.read_only && e.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    buf.fill(0);
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            };
             drop(inner);
             return super::conventional::read_host(&file, buf, offset);
         }
@@ -815,18 +827,28 @@ impl Store {
                 }),
             }
         }
-        // Buffered bytes, oldest first, copied now: they may be gone once the lock is.
+        // Buffered bytes, oldest first, copied now: they may be gone once the lock is. A
+        // read-only store has no buffers, and the synced bytes that only the journal holds
+        // (written back into their files by a writable mount) are read from there.
+        let journaled: &[inline::Piece] = match inner.config.read_only {
+            true => inner.state.inline.of(ino),
+            false => &[],
+        };
+        let journaled = journaled
+            .iter()
+            .map(|p| (p.offset, p.offset + p.data.len() as u64, &p.data[..]));
+        let of = inner.open.get(&ino);
+        let detached = of.into_iter().flat_map(|of| of.inflight.iter());
+        let detached = detached.map(|d| (d.start, d.end(), &d.buf[..]));
+        let window = of.and_then(|of| of.window.as_ref());
+        let window = window.map(|w| (w.start, w.end(), &w.buf[..]));
         let mut overlays: Vec<(usize, Vec<u8>)> = Vec::new();
-        if let Some(of) = inner.open.get(&ino) {
-            let detached = of.inflight.iter().map(|d| (d.start, d.end(), &d.buf[..]));
-            let window = of.window.iter().map(|w| (w.start, w.end(), &w.buf[..]));
-            for (start, stop, bytes) in detached.chain(window) {
-                let from = start.max(offset);
-                let to = stop.min(end);
-                if from < to {
-                    let src = &bytes[(from - start) as usize..(to - start) as usize];
-                    overlays.push(((from - offset) as usize, src.to_vec()));
-                }
+        for (start, stop, bytes) in journaled.chain(detached).chain(window) {
+            let from = start.max(offset);
+            let to = stop.min(end);
+            if from < to {
+                let src = &bytes[(from - start) as usize..(to - start) as usize];
+                overlays.push(((from - offset) as usize, src.to_vec()));
             }
         }
         for r in &reads {

@@ -181,6 +181,11 @@ pub struct Journal {
     /// At most what the transactions appended after it add to the next checkpoint (see
     /// [`GROWTH_PER_BYTE`]).
     grown_since_checkpoint: u64,
+    /// The newest record is a transaction that recovery would check against its data (see
+    /// [`Journal::seal`]).
+    unsealed: bool,
+    /// A commit failed: no record may be vouched for any more.
+    failed: bool,
 }
 
 /// What a transaction's operations add to a checkpoint, at most, per byte of their
@@ -219,6 +224,8 @@ impl Journal {
             bytes_written: 0,
             checkpoint_len: 0,
             grown_since_checkpoint: 0,
+            unsealed: false,
+            failed: false,
         }
     }
 
@@ -261,6 +268,27 @@ impl Journal {
         self.bytes_written += record.len() as u64;
         self.grown_since_checkpoint += growth(record);
         self.next_seq += 1;
+        self.unsealed = true;
+        Ok(())
+    }
+
+    /// At a clean stop, once every record is durable: appends an empty transaction, so that
+    /// the transaction before it is no longer the newest. Recovery checks the newest
+    /// transaction's data against its checksums and drops it on a mismatch, since its sync
+    /// may never have completed; a transaction followed by another one was durable (a
+    /// commit writes its record only after the previous commit's flush). Without the seal, a
+    /// block of the last commit damaged after a clean stop would make the next mount drop
+    /// that whole commit, files and all, and `fs fsck --deep` would have nothing to report.
+    /// Not synced: if the seal is lost, recovery checks that transaction as before.
+    pub fn seal(&mut self) -> Result<()> {
+        if !self.unsealed || self.failed {
+            return Ok(());
+        }
+        let record = self.encode_transaction(&[])?;
+        if self.fits(record.len())? {
+            self.append_record(&record)?;
+        }
+        self.unsealed = false;
         Ok(())
     }
 
@@ -323,7 +351,14 @@ impl Journal {
         self.grown_since_checkpoint = 0;
         self.next_seq += 1;
         self.active = next;
+        self.unsealed = false;
         Ok(())
+    }
+
+    /// A commit failed (its write or flush): its record may be on the device without its
+    /// data, so nothing may seal it.
+    pub fn note_failure(&mut self) {
+        self.failed = true;
     }
 
     /// Finishes the metadata zone that the last checkpoint replaced, so it stops holding an

@@ -175,6 +175,11 @@ pub struct StoreConfig {
     /// None: a quarter of a metadata zone. Tests set 0 to have it run whenever a file has
     /// a window worth rewriting (see [`defrag`]).
     pub defrag_start_bytes: Option<u64>,
+    /// Mount for reading only, as tools that inspect a store do: nothing on the device
+    /// changes (see [`mount`]), every change is refused with [`Error::ReadOnly`], and the
+    /// store starts no threads and allocates no write buffers. Recovered metadata that does
+    /// not hold together is not refused: check [`Store::fsck`] before trusting it.
+    pub read_only: bool,
 }
 
 impl Default for StoreConfig {
@@ -189,6 +194,7 @@ impl Default for StoreConfig {
             conventional_dir: None,
             max_pending_ops: 4096,
             defrag_start_bytes: None,
+            read_only: false,
         }
     }
 }
@@ -447,6 +453,8 @@ struct Shared {
     reclaimer: reclaim::Reclaimer,
     /// Store handles held by users (file handles included).
     users: std::sync::atomic::AtomicUsize,
+    /// Mounted read-only (the config's flag, here to be read without the lock).
+    read_only: bool,
 }
 
 /// The placement of each tenant ([`DefaultPlacement`] where none was set).
@@ -545,9 +553,11 @@ impl std::hash::Hasher for IntHasher {
 pub(crate) type IntMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IntHasher>>;
 
 impl Store {
-    /// Mounts the store on `device`, formatting it if it is blank and recovering it otherwise.
+    /// Mounts the store on `device`, formatting it if it is blank and recovering it otherwise
+    /// (a read-only mount refuses a blank device).
     pub fn open(device: Arc<dyn ZonedDevice>, config: StoreConfig) -> Result<Store> {
         let placements = Arc::new(Placements::default());
+        let read_only = config.read_only;
         let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
         let pins = inner.pins.clone();
         let shared = Arc::new(Shared {
@@ -560,7 +570,11 @@ impl Store {
             writer: writer::Queue::default(),
             reclaimer: reclaim::Reclaimer::default(),
             users: std::sync::atomic::AtomicUsize::new(1),
+            read_only,
         });
+        if read_only {
+            return Ok(Store { shared, user: true });
+        }
         shared.writer.start(Store {
             shared: shared.clone(),
             user: false,
@@ -650,8 +664,11 @@ impl Store {
         Ok(())
     }
 
-    /// Refuses changes once a commit failed (see [`commit`]).
+    /// Refuses changes to a read-only store, and once a commit failed (see [`commit`]).
     fn check_running(&self) -> Result<()> {
+        if self.shared.read_only {
+            return Err(Error::ReadOnly);
+        }
         match self.shared.commit.failure() {
             Some(why) => Err(Error::Stopped(why)),
             None => Ok(()),
@@ -789,6 +806,7 @@ impl Store {
         match run() {
             Ok(()) => Led::Durable(upto),
             Err(e) => {
+                journal.note_failure();
                 // The zones this commit took wait for the next one (only those: others
                 // in `resetting` are another commit's, perhaps being reset now).
                 if let Ok(mut inner) = self.lock() {
@@ -1255,9 +1273,16 @@ impl Store {
             .collect()
     }
 
-    /// Flushes everything and commits; the store stays usable. Same as [`Store::sync`].
-    pub fn unmount(self) -> Result<()> {
-        self.sync()
+    /// A clean stop: flushes everything, commits, and seals the journal (see
+    /// [`journal::Journal::seal`]). The store stays usable.
+    pub fn unmount(&self) -> Result<()> {
+        self.sync()?;
+        if self.shared.read_only {
+            return Ok(());
+        }
+        // Under the journal's lock no commit is between its record and its flush, and a
+        // failed commit marked the journal before letting it go.
+        self.shared.commit.journal().seal()
     }
 
     /// Closes handle `id` of `ino`: its data and metadata are durable on return. The handle
@@ -1465,6 +1490,10 @@ impl Inner {
     /// Applies an operation and queues it for the journal. Never commits: the records of
     /// one operation (a rename's unlink and link) must reach the journal together.
     fn record(&mut self, op: MetaOp) -> Result<()> {
+        // Every metadata change comes here: the last line of a read-only store's defence.
+        if self.config.read_only {
+            return Err(Error::ReadOnly);
+        }
         self.state.apply(&op)?;
         self.changes += 1;
         for ino in op.inodes().into_iter().flatten() {

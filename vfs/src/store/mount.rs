@@ -9,6 +9,11 @@
 //! fails is refused before anything on it changes. The mount then resets zones that hold
 //! no live data, frees orphaned inodes, writes a fresh checkpoint and only then resets the
 //! zones the orphans held.
+//!
+//! A read-only mount ([`StoreConfig::read_only`]) recovers the same metadata and changes
+//! nothing: write pointers the journal restores stay in the device's memory, the synced
+//! bytes only the journal holds are read from it (not written back), and nothing is
+//! settled, freed, checkpointed or refused. Whoever inspects such a store runs fsck first.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -75,6 +80,11 @@ pub(super) fn mount(
     let geometry = device.geometry();
     let bs = geometry.block_size as u64;
     let (state, mut journal) = match journal::recover(&*device)? {
+        None if config.read_only => {
+            return Err(Error::Corrupt(
+                "no valet metadata on the device: not a store".into(),
+            ))
+        }
         None => format(&device)?,
         Some(rec) => {
             let mut state = State::from_snapshot(geometry, rec.snapshot)?;
@@ -106,9 +116,12 @@ pub(super) fn mount(
     let report = device.report_zones();
     let cap_blocks = geometry.blocks_per_zone();
     let conv = match &config.conventional_dir {
+        Some(path) if config.read_only => ConventionalArea::open_read_only(path)?,
         Some(path) => Some(ConventionalArea::open(path)?),
         None => None,
     };
+    // A read-only store writes nothing, so it needs no write buffers.
+    let buffers = if config.read_only { 0 } else { config.buffers };
     let wp: Vec<u64> = report
         .iter()
         .map(|z| match z.state {
@@ -119,7 +132,7 @@ pub(super) fn mount(
     let zones = wp.len();
     let mut inner = Inner {
         device: device.clone(),
-        pool: BufferPool::new(config.buffers, config.buffer_size),
+        pool: BufferPool::new(buffers, config.buffer_size),
         config,
         state,
         pending: Vec::new(),
@@ -163,6 +176,9 @@ pub(super) fn mount(
     };
     // Windows from now on are newer than any inline piece the journal still holds.
     inner.window_gen = inner.state.inline.max_gen();
+    if inner.config.read_only {
+        return Ok((inner, journal));
+    }
     // Settling acts on the recovered metadata: it resets zones no extent claims and frees
     // inodes no entry names. On metadata that does not hold together (a damaged or crafted
     // journal whose records still pass their checksums) that would destroy data, so such a
@@ -450,6 +466,37 @@ mod tests {
             crc: 0,
         };
         append_not_newest(&device, op, a_file);
+        refused_unchanged(&device, "owned by two extents");
+    }
+
+    /// What a writable mount refuses, a read-only one shows (for `valet-run fs fsck`),
+    /// changing nothing either.
+    #[test]
+    fn a_read_only_mount_reports_what_a_writable_one_refuses() {
+        let (device, a_file, b_file) = two_tenants();
+        let state = journaled_state(&device);
+        let extent = state.inodes[&a_file].extents.iter().next().unwrap().1;
+        let op = MetaOp::MapExtent {
+            ino: b_file,
+            file_block: 0,
+            extent,
+            crc: 0,
+        };
+        append_not_newest(&device, op, a_file);
+        let zones = device.report_zones();
+        let read_only = StoreConfig {
+            read_only: true,
+            ..Default::default()
+        };
+        let store = Store::open(device.clone(), read_only).unwrap();
+        let findings = store.fsck().unwrap().findings();
+        assert!(findings.contains("owned by two extents"), "{findings}");
+        drop(store);
+        assert_eq!(
+            device.report_zones(),
+            zones,
+            "a read-only mount changed the device"
+        );
         refused_unchanged(&device, "owned by two extents");
     }
 
