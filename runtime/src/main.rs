@@ -421,8 +421,9 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
     };
     // Whatever the guests left open or unsynced is made durable, and the journal sealed,
     // before we report, even when one of them failed.
+    let stats_of = store.clone();
     store.unmount().context("syncing the store at exit")?;
-    let stats = store.stats();
+    let stats = stats_of.stats();
     if cli.stats {
         eprint!("{}", valet_runtime::stats::summary(&stats));
     }

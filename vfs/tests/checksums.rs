@@ -308,9 +308,11 @@ fn damage_to_the_last_commit_after_a_clean_unmount_is_reported_not_rolled_back()
         f.close().unwrap();
         match seal {
             true => store.unmount().unwrap(),
-            false => store.sync().unwrap(),
+            false => {
+                store.sync().unwrap();
+                drop(store);
+            }
         }
-        drop(store);
         dev.rot.store(true, Ordering::SeqCst);
         let store = mount_with(&dev, 0);
         let root = store.tenants()[0].2;

@@ -1273,9 +1273,9 @@ impl Store {
             .collect()
     }
 
-    /// A clean stop: flushes everything, commits, and seals the journal (see
-    /// [`journal::Journal::seal`]). The store stays usable.
-    pub fn unmount(&self) -> Result<()> {
+    /// A clean stop of this handle: flushes everything, commits, and seals the journal (see
+    /// [`journal::Journal::seal`]). Other handles of the store stay usable.
+    pub fn unmount(self) -> Result<()> {
         self.sync()?;
         if self.shared.read_only {
             return Ok(());
