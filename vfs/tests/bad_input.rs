@@ -188,6 +188,24 @@ fn damage_in_the_retired_metadata_zone_is_superseded() {
     // Damage the first transaction's payload: valid records follow it.
     let at = zone_byte(&path, retired, records[1] + 34);
     flip_byte(&path, at);
+    // The deep fsck reads the retired zone too, and names the damage: nothing depends on
+    // those records, but the medium is failing.
+    {
+        let options = ImageOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let config = StoreConfig {
+            read_only: true,
+            ..config()
+        };
+        let dev = ImageDevice::open(&path, options).unwrap();
+        let store = Store::open(Arc::new(dev), config).unwrap();
+        assert!(store.fsck().unwrap().is_clean());
+        let deep = store.fsck_deep().unwrap();
+        let named = format!("metadata zone {retired} (retired");
+        assert!(deep.problems.iter().any(|p| p.contains(&named)), "{deep:?}");
+    }
     assert_intact(&mount_image(&path).expect("a damaged retired zone must not stop a mount"));
     // That mount's checkpoint went into the damaged zone, reset for rewrite.
     assert_intact(&mount_image(&path).unwrap());

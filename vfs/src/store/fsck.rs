@@ -290,7 +290,7 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
 
 impl Store {
     /// [`Store::fsck`], then every live block read back and checked against its unit's
-    /// checksum. Each zone is pinned while it is read, with no lock held, so a store in use
+    /// checksum, and the retired metadata zone read for damage (which no mount looks for). Each zone is pinned while it is read, with no lock held, so a store in use
     /// keeps going. Each planned extent is looked up again when its turn comes and read
     /// where it is mapped then: GC may have moved it and reset its old zone meanwhile.
     pub fn fsck_deep(&self) -> Result<FsckReport> {
@@ -355,6 +355,12 @@ impl Store {
                 }
             }
         }
+        // The journal's lock keeps a checkpoint from swapping the zones' roles meanwhile.
+        let journal = self.shared.commit.journal();
+        if let Some(damage) = super::journal::retired_damage(&*self.shared.device)? {
+            report.problems.push(damage);
+        }
+        drop(journal);
         Ok(report)
     }
 }

@@ -168,6 +168,45 @@ pub fn newest_after(device: &dyn ZonedDevice, zone: ZoneId, end: u64) -> Result<
 /// How much of a metadata zone [`newest_after`] reads at a time.
 const SCAN_PIECE: u64 = 1 << 20;
 
+/// Which metadata zones are retired. A zone whose valid checkpoint is older than the other
+/// zone's valid checkpoint was retired before that one was written, and every record of
+/// its life is older still: whatever follows its valid records, the newer checkpoint holds
+/// their effect, so [`recover`] scans only the other zone for damage.
+fn superseded(reads: &[ZoneRecords; 2]) -> [bool; 2] {
+    let valid_checkpoint = |read: &ZoneRecords| {
+        read.records
+            .first()
+            .filter(|r| r.kind == RecordKind::Checkpoint)
+            .map(|r| r.seq)
+    };
+    [0, 1].map(|i| {
+        let (this, other) = (valid_checkpoint(&reads[i]), valid_checkpoint(&reads[1 - i]));
+        this.zip(other).is_some_and(|(this, other)| this < other)
+    })
+}
+
+/// Damage in the retired metadata zone, which [`recover`] does not look for: nothing
+/// depends on those records, but a damaged one says the medium is failing. For the deep
+/// fsck; the caller keeps checkpoints from moving meanwhile.
+pub fn retired_damage(device: &dyn ZonedDevice) -> Result<Option<String>> {
+    let reads = [
+        read_zone(device, META_ZONES[0])?,
+        read_zone(device, META_ZONES[1])?,
+    ];
+    for (i, retired) in superseded(&reads).into_iter().enumerate() {
+        let read = &reads[i];
+        let last = read.records.last().map_or(0, |r| r.seq);
+        if retired && newest_after(device, META_ZONES[i], read.end)?.is_some_and(|s| s > last) {
+            return Ok(Some(format!(
+                "metadata zone {} (retired: the other zone's checkpoint supersedes it): the \
+                 record at byte {} is damaged and valid records follow it",
+                META_ZONES[i], read.end
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// The writer side: which metadata zone is active and the next sequence number.
 pub struct Journal {
     device: Arc<dyn ZonedDevice>,
@@ -402,20 +441,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         let last = reads[i].records.last();
         last.map_or(checkpoint_seq(&reads[1 - i]), |r| r.seq)
     });
-    // A zone whose valid checkpoint is older than the other zone's valid checkpoint was
-    // retired before that one was written, and every record of its life is older still:
-    // whatever follows its valid records, the newer checkpoint holds their effect. Only
-    // the other zones are scanned for damage.
-    let valid_checkpoint = |read: &ZoneRecords| {
-        read.records
-            .first()
-            .filter(|r| r.kind == RecordKind::Checkpoint)
-            .map(|r| r.seq)
-    };
-    let superseded = [0, 1].map(|i| {
-        let (this, other) = (valid_checkpoint(&reads[i]), valid_checkpoint(&reads[1 - i]));
-        this.zip(other).is_some_and(|(this, other)| this < other)
-    });
+    let superseded = superseded(&reads);
     let mut newest = [None, None];
     for i in [0, 1] {
         if !superseded[i] {
