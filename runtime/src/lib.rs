@@ -14,5 +14,6 @@ pub mod policy_clock;
 pub mod policy_cmd;
 pub mod stats;
 pub mod tenants;
+pub mod termination;
 pub mod trace;
 pub mod wasi;

@@ -25,6 +25,7 @@ use valet_runtime::fs_cmd::{self, FsCommand};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use valet_runtime::policy_cmd::{self, PolicyCommand};
 use valet_runtime::tenants;
+use valet_runtime::termination;
 use valet_vfs::device::{Geometry, IoMode};
 
 /// Exit code for failures of valet-run itself (as `env` and container runtimes do).
@@ -334,6 +335,10 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         _ => None,
     };
     let store = device.mount()?;
+    // One guest's stop also serves a termination signal (and `--timeout`).
+    let stop = Arc::new(Stop::default());
+    let single = cli.tenants.is_none().then(|| stop.clone());
+    termination::keep_writes_of(&store, single);
     let registry = Registry::with_builtins(
         store.clone(),
         Registry::streams_for(&store),
@@ -391,7 +396,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
             thread_limit: cli.max_threads,
-            stop: cli.timeout.map(|_| Arc::new(Stop::default())),
+            stop: Some(stop.clone()),
             ..GuestSpec::default()
         };
         let timer = cli
@@ -465,11 +470,22 @@ fn parse() -> std::result::Result<Cli, ExitCode> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts, so that every thread leaves the signals to one.
+    if let Err(e) = termination::install() {
+        eprintln!("{}", error_line(&format!("cannot watch for signals: {e}")));
+        return ExitCode::from(EXIT_OURS);
+    }
     let cli = match parse() {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    match run(cli) {
+    let result = run(cli);
+    // A run that a termination signal stopped ends by that signal, as a native one would
+    // (its store was unmounted on the way out).
+    if let Some(sig) = termination::received() {
+        termination::end_by(sig);
+    }
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("{}", error_line(&format!("{e:#}")));

@@ -51,3 +51,13 @@ pub fn pod_record(name: &str, seq: u64, len: usize) -> Vec<u8> {
         .fold(0x51_7cc1_b727_220a, |h, b| mix(h ^ b as u64));
     fill(len, |w| mix(key ^ mix(seq).wrapping_add(w)))
 }
+
+/// The bytes write_then_wait writes to its file `i` and never syncs: 1.2 MiB (buffers
+/// flushed while writing, and a window still open), 300,000 bytes, then 3,000 (a window
+/// only).
+pub fn unsynced_file(i: u64) -> Vec<u8> {
+    let len = [1_200_000, 300_000, 3_000][i as usize % 3];
+    fill(len, |w| {
+        mix(0x0a15_c0de ^ i.wrapping_mul(0x1_0000_0001) ^ w)
+    })
+}

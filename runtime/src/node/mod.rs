@@ -106,6 +106,8 @@ pub struct Agent {
 pub fn serve(config: NodeConfig) -> Result<()> {
     let engine = host::engine(host::Stopping::EpochChecks)?;
     let store = config.device.mount()?;
+    // Stopped by SIGTERM (a DaemonSet's pod deleted), the pods' writes are kept.
+    crate::termination::keep_writes_of(&store, None);
     let registry = Registry::with_builtins(
         store.clone(),
         Registry::streams_for(&store),
