@@ -77,6 +77,13 @@ impl Error {
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Unsupported(_) => libc::ENOTSUP,
             Error::ReadOnly | Error::Device(DeviceError::ReadOnly(_)) => libc::EROFS,
+            // The host's file system under the image is full: nothing was lost, there is
+            // no room (and a later sync may succeed), as a native write or fsync says.
+            Error::Device(DeviceError::Io(e))
+                if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) =>
+            {
+                e.raw_os_error().unwrap_or(libc::EIO)
+            }
             Error::Corrupt(_) | Error::Stopped(_) | Error::Device(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Loop => libc::ELOOP,
