@@ -1,8 +1,10 @@
 //! The write path keeps files, threads and tenants out of each other's way: a read does not
 //! wait for another file's sync, concurrent syncs share device flushes, and a failed flush
-//! is reported and loses nothing.
+//! is reported and loses nothing. A failed data write (a broken device, or a full host file
+//! system under the image, which is ENOSPC and not EIO) keeps its bytes until a sync can
+//! write them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -32,6 +34,8 @@ struct Faulty {
     /// Delay of every read of a data zone.
     read_delay_ms: AtomicU64,
     fail_writes: AtomicBool,
+    /// The errno of a failed write; 0: an unnamed I/O error.
+    write_errno: AtomicI32,
     fail_syncs: AtomicBool,
     syncs: AtomicU64,
 }
@@ -45,6 +49,7 @@ impl Faulty {
             write_delay_ms: AtomicU64::new(0),
             read_delay_ms: AtomicU64::new(0),
             fail_writes: AtomicBool::new(false),
+            write_errno: AtomicI32::new(0),
             fail_syncs: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         })
@@ -68,7 +73,10 @@ impl ZonedDevice for Faulty {
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         // Metadata zones (0 and 1) stay writable: the fault is in the data path.
         if zone > 1 && self.fail_writes.load(Ordering::SeqCst) {
-            return Err(Self::broken("write"));
+            return Err(match self.write_errno.load(Ordering::SeqCst) {
+                0 => Self::broken("write"),
+                errno => DeviceError::Io(std::io::Error::from_raw_os_error(errno)),
+            });
         }
         let delay = self.write_delay_ms.load(Ordering::SeqCst);
         if zone > 1 && delay > 0 {
@@ -458,6 +466,19 @@ fn a_sync_does_not_wait_for_zone_resets() {
 
 #[test]
 fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
+    failed_writes_keep_the_data(0, libc_eio());
+}
+
+/// The host's file system under the image is full: nothing is lost, there is no room.
+#[test]
+fn a_full_host_is_enospc_and_the_data_waits_for_room() {
+    failed_writes_keep_the_data(libc::ENOSPC, libc::ENOSPC);
+}
+
+/// Data writes fail (with `errno`, or an unnamed I/O error for 0) while a file is written
+/// and closed: the close reports `expect`, so does every sync while the writes fail, the
+/// bytes stay the file's, and the first sync after the fault clears writes them.
+fn failed_writes_keep_the_data(errno: i32, expect: i32) {
     let dev = Faulty::new();
     let store = mount(&dev);
     let (_, root) = store.tenant("app").unwrap();
@@ -465,12 +486,18 @@ fn a_failed_flush_is_reported_at_close_and_the_data_survives() {
     let f = store
         .open_file(root, "precious", OpenOptions::create())
         .unwrap();
+    dev.write_errno.store(errno, Ordering::SeqCst);
     dev.fail_writes.store(true, Ordering::SeqCst);
     f.write_at(&data, 0).unwrap();
     let err = f.close().expect_err("a close whose flush failed must fail");
-    assert_eq!(err.errno(), libc_eio(), "{err}");
+    assert_eq!(err.errno(), expect, "{err}");
     // A sync keeps reporting the failure while the device keeps failing.
-    assert!(store.sync().is_err());
+    for _ in 0..2 {
+        let err = store
+            .sync()
+            .expect_err("a sync whose writes fail must fail");
+        assert_eq!(err.errno(), expect, "{err}");
+    }
     // The data is still the file's, for readers too.
     let r = store
         .open_file(root, "precious", OpenOptions::read())
