@@ -338,7 +338,11 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
     // One guest's stop also serves a termination signal (and `--timeout`).
     let stop = Arc::new(Stop::default());
     let single = cli.tenants.is_none().then(|| stop.clone());
-    termination::keep_writes_of(&store, single);
+    termination::keep_writes_of(&store, move |signal| {
+        if let Some(stop) = single {
+            stop.stop(signal);
+        }
+    });
     let registry = Registry::with_builtins(
         store.clone(),
         Registry::streams_for(&store),

@@ -15,11 +15,9 @@
 //! SIGKILL cannot be caught: what a guest wrote and did not sync is lost then, as after a
 //! power cut (what it synced never is).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use valet_vfs::Store;
-
-use crate::host::Stop;
 
 /// The signals that end a process by default and that an operator sends to stop one.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -66,15 +64,13 @@ pub fn on_signal(action: impl FnOnce(i32) + Send + 'static) {
     *ACTION.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(action));
 }
 
-/// Sets the action of a process that runs guests on `store`: stop the guest (`stop`, where
-/// there is one guest to stop), then unmount the store, so that everything the guests
-/// wrote is on it and committed before the signal ends the process.
-pub fn keep_writes_of(store: &Store, stop: Option<Arc<Stop>>) {
+/// Sets the action of a process that runs guests on `store`: `stop_guests` (which stops
+/// them, as far as the process can), then unmount the store, so that everything the
+/// guests wrote is on it and committed before the signal ends the process.
+pub fn keep_writes_of(store: &Store, stop_guests: impl FnOnce(i32) + Send + 'static) {
     let store = store.clone();
     on_signal(move |sig| {
-        if let Some(stop) = stop {
-            stop.stop(sig);
-        }
+        stop_guests(sig);
         if let Err(e) = store.unmount() {
             eprintln!("valet-run: error: syncing the store before ending by signal {sig}: {e}");
         }

@@ -32,45 +32,56 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| start_agent(64))
 }
 
+/// A temporary directory with a container's rootfs holding the pod_writer guest.
+fn new_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("node.sock");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+    std::fs::copy(valet_guests::POD_WRITER, rootfs.join("app.wasm")).unwrap();
+    std::fs::write(rootfs.join("etc/motd"), "from the rootfs\n").unwrap();
+    Fixture {
+        _dir: dir,
+        socket,
+        rootfs,
+    }
+}
+
+/// Waits (bounded) until an agent listens on `socket`.
+fn wait_for_agent(socket: &std::path::Path) {
+    let start = Instant::now();
+    while UnixStream::connect(socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the agent did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// An agent serving in this process on a fresh store of `zones` zones of 12 MiB.
 fn start_agent(zones: u32) -> Fixture {
     {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("node.sock");
-        let rootfs = dir.path().join("rootfs");
-        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
-        std::fs::copy(valet_guests::POD_WRITER, rootfs.join("app.wasm")).unwrap();
-        std::fs::write(rootfs.join("etc/motd"), "from the rootfs\n").unwrap();
+        let f = new_fixture();
         let mut geometry = Geometry::EMBEDDED_DEFAULT;
         geometry.zone_size = 16 << 20;
         geometry.zone_capacity = 12 << 20;
         geometry.zone_count = zones;
         let config = NodeConfig {
             device: DeviceSpec {
-                dir: dir.path().join("store"),
+                dir: f._dir.path().join("store"),
                 zonefs: None,
                 zonefs_capacity: None,
                 fdp: None,
                 geometry,
                 io: IoMode::Auto,
             },
-            socket: socket.clone(),
+            socket: f.socket.clone(),
             admin: None,
         };
         std::thread::spawn(move || node::serve(config).expect("the agent"));
-        let start = Instant::now();
-        while UnixStream::connect(&socket).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the agent did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Fixture {
-            _dir: dir,
-            socket,
-            rootfs,
-        }
+        wait_for_agent(&f.socket);
+        f
     }
 }
 
@@ -498,4 +509,91 @@ fn rewrites_in_place_never_reach_the_quota() {
     // 50 records of 430 B (21.5 KB) written 21 times: 450 KB through a 32 KiB quota.
     assert_eq!(exit, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert!(out.contains("ok 50") && out.contains("rewrote 20"), "{out}");
+}
+
+/// SIGTERM to the agent (its DaemonSet's pod deleted) stops every pod with that signal, as
+/// a kill does: each shim hears 143 promptly, the agent then unmounts the store and ends by
+/// SIGTERM, and every acknowledged record is on the store.
+#[test]
+fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let f = new_fixture();
+    let store_dir = f._dir.path().join("store");
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("node")
+        .arg("--device")
+        .arg(&store_dir)
+        .arg("--socket")
+        .arg(&f.socket)
+        .args(["--zone-size", "16", "--zones", "24"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_agent(&f.socket);
+    // Two pods that write their records, then sleep in the host for an hour.
+    let pods: Vec<Pod> = ["ta", "tb"]
+        .iter()
+        .map(|name| {
+            let (p, c) = create_with(
+                &f,
+                name,
+                &[("valet.io/tenant", name)],
+                &[name, "/data", "5", "430"],
+                &[("POD_EXIT", "0"), ("POD_SLEEP_SECS", "3600")],
+                None,
+            );
+            assert_eq!(c, FromAgent::Created);
+            p.start();
+            // Fail, rather than hang for the hour, if the signal does not reach the pod.
+            p.conn
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            p
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) }, 0);
+    for p in pods {
+        let (e, out, err) = p.wait();
+        assert_eq!(e, FromAgent::Exited { code: 143 }, "{out}\n{err}");
+        assert!(
+            out.contains("ok 5"),
+            "the signal came before the sleep: {out}"
+        );
+    }
+    let status = agent.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    let mut spec = fixture_spec(&store_dir);
+    spec.io = IoMode::Sync;
+    let store = spec.mount_read_only().unwrap();
+    assert!(store.fsck().unwrap().is_clean());
+    for (_, name, root) in store.tenants() {
+        let log = store
+            .open_file(
+                root,
+                &format!("data/{name}.log"),
+                valet_vfs::OpenOptions::read(),
+            )
+            .unwrap();
+        assert_eq!(log.metadata().unwrap().size, 5 * RECORD as u64, "{name}");
+    }
+}
+
+/// The device of an agent's store in `dir` (its geometry is read from the image).
+fn fixture_spec(dir: &std::path::Path) -> DeviceSpec {
+    DeviceSpec {
+        dir: dir.to_path_buf(),
+        zonefs: None,
+        zonefs_capacity: None,
+        fdp: None,
+        geometry: Geometry::EMBEDDED_DEFAULT,
+        io: IoMode::Auto,
+    }
 }

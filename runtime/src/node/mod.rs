@@ -34,7 +34,11 @@
 //! wrote is on the store, and what it synced was durable before the sync returned. The
 //! agent dying loses nothing acknowledged either: the store recovers from its journal at
 //! the next mount, and the shims of the pods it ran report the loss (exit 137, one line on
-//! the container's stderr).
+//! the container's stderr). Stopped by SIGTERM, SIGINT or SIGHUP (its DaemonSet's pod
+//! deleted), the agent first stops every guest with that signal, as a kill does, waits up
+//! to [`STOP_GRACE`] for them to end (so each shim reports 128 + the signal), then unmounts
+//! the store, and ends by the signal ([`crate::termination`]): what the pods wrote stays,
+//! synced or not.
 //!
 //! Admission: tenants never share a zone, so a pod whose tenant is new to the store is
 //! created only while the store has [`NEW_TENANT_ZONES`] spare zones for it
@@ -57,7 +61,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -73,6 +78,9 @@ use quota::Quota;
 
 /// Native stack of each guest's main thread (as `valet-run`'s tenants).
 const GUEST_STACK: usize = 8 << 20;
+/// How long a stopping agent waits for its guests to end (each stops at its next WASI call
+/// or epoch check, so well within this) before it unmounts the store anyway.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Compiled modules kept in memory; past this the cache starts over (wasmtime's disk cache
 /// still spares the compilation).
 const MAX_MODULES: usize = 64;
@@ -100,14 +108,69 @@ pub struct Agent {
     /// Held from a new tenant's admission check to its creation, so that two creates do
     /// not both take the last spare zones.
     admission: Mutex<()>,
+    running: Running,
+}
+
+/// The guests running now, so that a termination signal can stop them all.
+#[derive(Default)]
+struct Running {
+    state: Mutex<RunningState>,
+    /// Signalled when a guest ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct RunningState {
+    stops: HashMap<u64, Arc<Stop>>,
+    next: u64,
+    /// Set once the agent stops: a guest that starts after that stops at once.
+    stopping: Option<i32>,
+}
+
+impl Running {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunningState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a guest about to run; returns the key that [`Running::ended`] takes.
+    fn started(&self, stop: &Arc<Stop>) -> u64 {
+        let mut st = self.lock();
+        if let Some(signal) = st.stopping {
+            stop.stop(signal);
+        }
+        st.next += 1;
+        let key = st.next;
+        st.stops.insert(key, stop.clone());
+        key
+    }
+
+    fn ended(&self, key: u64) {
+        self.lock().stops.remove(&key);
+        self.ended.notify_all();
+    }
+
+    /// Stops every guest with `signal` and waits up to `grace` for them to end; returns how
+    /// many still run.
+    fn stop_all(&self, signal: i32, grace: Duration) -> usize {
+        let mut st = self.lock();
+        st.stopping = Some(signal);
+        for stop in st.stops.values() {
+            stop.stop(signal);
+        }
+        let (st, _) = self
+            .ended
+            .wait_timeout_while(st, grace, |st| !st.stops.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        st.stops.len()
+    }
 }
 
 /// Mounts the device and serves shims until the process is killed.
 pub fn serve(config: NodeConfig) -> Result<()> {
     let engine = host::engine(host::Stopping::EpochChecks)?;
     let store = config.device.mount()?;
-    // Stopped by SIGTERM (a DaemonSet's pod deleted), the pods' writes are kept.
-    crate::termination::keep_writes_of(&store, None);
+    // Until the agent runs guests, a termination signal only unmounts the store.
+    crate::termination::keep_writes_of(&store, |_| {});
     let registry = Registry::with_builtins(
         store.clone(),
         Registry::streams_for(&store),
@@ -135,6 +198,17 @@ pub fn serve(config: NodeConfig) -> Result<()> {
         modules: Mutex::default(),
         quotas: Mutex::default(),
         admission: Mutex::default(),
+        running: Running::default(),
+    });
+    let stopping = agent.clone();
+    crate::termination::keep_writes_of(&agent.store, move |signal| {
+        let left = stopping.running.stop_all(signal, STOP_GRACE);
+        if left > 0 {
+            eprintln!(
+                "valet-run node: {left} guest(s) still running {STOP_GRACE:?} after signal \
+                 {signal}; unmounting the store under them"
+            );
+        }
     });
     for conn in listener.incoming() {
         let conn = match conn {
@@ -220,6 +294,7 @@ impl Agent {
         }
         let stop = Arc::new(Stop::default());
         prepared.spec.stop = Some(stop.clone());
+        let key = self.running.started(&stop);
         let out = match conn.try_clone() {
             Ok(c) => c,
             Err(e) => {
@@ -231,10 +306,14 @@ impl Agent {
         let guest = std::thread::Builder::new()
             .name(format!("guest-{id}"))
             .stack_size(GUEST_STACK)
-            .spawn(move || agent.run_guest(prepared, &out));
+            .spawn(move || {
+                agent.run_guest(prepared, &out);
+                agent.running.ended(key);
+            });
         let guest = match guest {
             Ok(g) => g,
             Err(e) => {
+                self.running.ended(key);
                 reply(&conn, &failed(anyhow!("container {id}: no thread: {e}")));
                 return;
             }
