@@ -177,6 +177,8 @@ pub(super) fn mount(
     // Windows from now on are newer than any inline piece the journal still holds.
     inner.window_gen = inner.state.inline.max_gen();
     if inner.config.read_only {
+        // The device learns each zone's placement (what `fs zones` shows), in its memory.
+        inner.assign_placements();
         return Ok((inner, journal));
     }
     // Settling acts on the recovered metadata: it resets zones no extent claims and frees
@@ -291,20 +293,32 @@ fn reached_device(after: &State, ops: &[MetaOp], device: &dyn ZonedDevice) -> Re
 }
 
 impl Inner {
-    /// Rebuilds stream heads and the free list; resets zones that hold no live data.
-    fn settle_zones(&mut self) -> Result<()> {
-        let cap = self.state.geometry.blocks_per_zone();
+    /// Tells the device the placement of every zone that holds live data (an FDP drive
+    /// writes each zone's data with its stream's placement identifier).
+    fn assign_placements(&self) {
         for zone in 0..self.state.geometry.zone_count {
-            let z = zone as usize;
-            match self.state.zones.owner[z] {
-                Some(ZoneUse::Meta) => {}
-                Some(ZoneUse::Data(key)) if self.state.zones.valid_blocks(zone) > 0 => {
+            if let Some(ZoneUse::Data(key)) = self.state.zones.owner[zone as usize] {
+                if self.state.zones.valid_blocks(zone) > 0 {
                     let placement = ZonePlacement {
                         tenant: key.tenant,
                         stream: key.stream,
                         group: 0,
                     };
                     self.device.assign_zone(zone, &placement);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds stream heads and the free list; resets zones that hold no live data.
+    fn settle_zones(&mut self) -> Result<()> {
+        self.assign_placements();
+        let cap = self.state.geometry.blocks_per_zone();
+        for zone in 0..self.state.geometry.zone_count {
+            let z = zone as usize;
+            match self.state.zones.owner[z] {
+                Some(ZoneUse::Meta) => {}
+                Some(ZoneUse::Data(key)) if self.state.zones.valid_blocks(zone) > 0 => {
                     let partial = self.wp[z] > 0 && self.wp[z] < cap;
                     if partial && !self.heads.contains_key(&key) {
                         self.heads.insert(key, ZnsHead { zone, group: 0 });
