@@ -74,7 +74,10 @@ impl DeviceSpec {
 
     /// Mounts the store on the device.
     pub fn mount(&self) -> Result<Store> {
-        let device = self.open_device()?;
+        self.mount_on(self.open_device()?)
+    }
+
+    fn mount_on(&self, device: Arc<dyn ZonedDevice>) -> Result<Store> {
         let config = StoreConfig {
             conventional_dir: Some(self.conventional_dir()),
             ..Default::default()
@@ -82,18 +85,18 @@ impl DeviceSpec {
         Store::open(device, config).context("mounting the store")
     }
 
-    /// Mounts an existing store only: tools that inspect must not create one.
+    /// Mounts an existing store only: tools that inspect must not create one (a blank
+    /// drive would be formatted by a mount).
     pub fn mount_existing(&self) -> Result<Store> {
-        self.check_exists()?;
-        self.mount()
+        let device = self.existing_device(false)?;
+        self.mount_on(device)
     }
 
     /// Mounts an existing store read-only ([`StoreConfig::read_only`]): nothing on the
     /// device or in the conventional area changes, and a store in use by a running
     /// `valet-run` is refused (its image is locked).
     pub fn mount_read_only(&self) -> Result<Store> {
-        self.check_exists()?;
-        let device = self.open_device_as(true)?;
+        let device = self.existing_device(true)?;
         let config = StoreConfig {
             conventional_dir: Some(self.conventional_dir()),
             read_only: true,
@@ -102,10 +105,17 @@ impl DeviceSpec {
         Store::open(device, config).context("mounting the store read-only")
     }
 
-    fn check_exists(&self) -> Result<()> {
+    /// The device of an existing store: refuses a missing image and a blank drive.
+    fn existing_device(&self, read_only: bool) -> Result<Arc<dyn ZonedDevice>> {
         if self.zonefs.is_none() && self.fdp.is_none() && !self.image_path().exists() {
             anyhow::bail!("no store at {}", Path::new(&self.dir).display());
         }
-        Ok(())
+        let device = self.open_device_as(read_only)?;
+        if let Some(root) = self.zonefs.as_ref().or(self.fdp.as_ref()) {
+            if device.report_zones().iter().all(|z| z.write_pointer == 0) {
+                anyhow::bail!("no store on the drive at {}", root.display());
+            }
+        }
+        Ok(device)
     }
 }

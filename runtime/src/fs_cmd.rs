@@ -219,15 +219,7 @@ impl StoreArgs {
 
     /// Mounts the store to write it, refusing to create one.
     fn mount(&self) -> Result<Store> {
-        let spec = self.spec();
-        if let Some(root) = spec.zonefs.as_ref().or(spec.fdp.as_ref()) {
-            // A blank drive would be formatted by mounting: check first.
-            let device = spec.open_device()?;
-            if device.report_zones().iter().all(|z| z.write_pointer == 0) {
-                bail!("no store on the drive at {}", root.display());
-            }
-        }
-        spec.mount_existing()
+        self.spec().mount_existing()
     }
 
     /// Mounts the store read-only to look at it, as it is: the fsck report, whatever it

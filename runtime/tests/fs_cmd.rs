@@ -483,4 +483,15 @@ fn no_store_is_created_where_none_exists() {
         .unwrap();
     assert_error(&out, "`fs` takes its options after the command");
     assert!(!nowhere.exists());
+    // A drive with nothing on it (an emulated zonefs layout here) is no store either.
+    let blank = tmp.path().join("zonefs");
+    valet_vfs::device::ZonefsDevice::format_emulated(&blank, 8, 1 << 20).unwrap();
+    let out = valet_run()
+        .args(["fs", "ls", "--zonefs"])
+        .arg(&blank)
+        .arg("--device")
+        .arg(&nowhere)
+        .output()
+        .unwrap();
+    assert_error(&out, "no store on the drive at");
 }
