@@ -31,6 +31,19 @@ pub struct DeviceSpec {
 }
 
 impl DeviceSpec {
+    /// The embedded default device in `dir` (an image of `geometry` when it is created),
+    /// with the I/O engine the kernel allows.
+    pub fn image(dir: impl Into<PathBuf>, geometry: Geometry) -> DeviceSpec {
+        DeviceSpec {
+            dir: dir.into(),
+            zonefs: None,
+            zonefs_capacity: None,
+            fdp: None,
+            geometry,
+            io: IoMode::Auto,
+        }
+    }
+
     pub fn image_path(&self) -> PathBuf {
         self.dir.join("zones.img")
     }

@@ -570,9 +570,9 @@ fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
         "{:?}",
         asked.elapsed()
     );
-    let mut spec = fixture_spec(&store_dir);
-    spec.io = IoMode::Sync;
-    let store = spec.mount_read_only().unwrap();
+    let store = DeviceSpec::image(&store_dir, Geometry::EMBEDDED_DEFAULT)
+        .mount_read_only()
+        .unwrap();
     assert!(store.fsck().unwrap().is_clean());
     for (_, name, root) in store.tenants() {
         let log = store
@@ -583,17 +583,5 @@ fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
             )
             .unwrap();
         assert_eq!(log.metadata().unwrap().size, 5 * RECORD as u64, "{name}");
-    }
-}
-
-/// The device of an agent's store in `dir` (its geometry is read from the image).
-fn fixture_spec(dir: &std::path::Path) -> DeviceSpec {
-    DeviceSpec {
-        dir: dir.to_path_buf(),
-        zonefs: None,
-        zonefs_capacity: None,
-        fdp: None,
-        geometry: Geometry::EMBEDDED_DEFAULT,
-        io: IoMode::Auto,
     }
 }

@@ -5,24 +5,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use valet_guests::content::unsynced_file;
 use valet_runtime::device::DeviceSpec;
-use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::device::Geometry;
 use valet_vfs::OpenOptions;
-
-fn spec(dir: &Path) -> DeviceSpec {
-    DeviceSpec {
-        dir: dir.to_path_buf(),
-        zonefs: None,
-        zonefs_capacity: None,
-        fdp: None,
-        geometry: Geometry::EMBEDDED_DEFAULT,
-        io: IoMode::Sync,
-    }
-}
 
 /// Runs the guest in `mode`, sends `signal` once it has written, and checks how
 /// `valet-run` ended and what the store holds.
@@ -55,7 +43,9 @@ fn stopped_by(signal: i32, mode: &str) {
     );
     assert!(stderr.is_empty(), "{stderr}");
 
-    let store = spec(dev.path()).mount_read_only().unwrap();
+    let store = DeviceSpec::image(dev.path(), Geometry::EMBEDDED_DEFAULT)
+        .mount_read_only()
+        .unwrap();
     let (_, _, root) = store.tenants().into_iter().next().unwrap();
     for i in 0..3 {
         let f = store

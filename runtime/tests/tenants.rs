@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use valet_runtime::device::DeviceSpec;
-use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::device::Geometry;
 use valet_vfs::{FileKind, OpenOptions, Stats, Store};
 
 fn valet_run() -> Command {
@@ -15,14 +15,7 @@ fn valet_run() -> Command {
 }
 
 fn device(dir: &Path) -> DeviceSpec {
-    DeviceSpec {
-        dir: dir.to_path_buf(),
-        zonefs: None,
-        zonefs_capacity: None,
-        fdp: None,
-        geometry: Geometry::EMBEDDED_DEFAULT,
-        io: IoMode::Auto,
-    }
+    DeviceSpec::image(dir, Geometry::EMBEDDED_DEFAULT)
 }
 
 /// Runs `--tenants toml` on a small device at `dev`.

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use valet_runtime::device::DeviceSpec;
-use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::device::Geometry;
 use valet_vfs::OpenOptions;
 
 /// What threads_writer's thread `t` writes at offset `j`.
@@ -16,14 +16,7 @@ fn pattern(t: u64, j: u64) -> u8 {
 }
 
 fn device(dir: &Path) -> DeviceSpec {
-    DeviceSpec {
-        dir: dir.to_path_buf(),
-        zonefs: None,
-        zonefs_capacity: None,
-        fdp: None,
-        geometry: Geometry::EMBEDDED_DEFAULT,
-        io: IoMode::Auto,
-    }
+    DeviceSpec::image(dir, Geometry::EMBEDDED_DEFAULT)
 }
 
 /// `valet-run` on the store at `dev`, made with 16 zones of 16 MiB on first use.
