@@ -60,7 +60,7 @@ pub fn install() -> std::io::Result<()> {
 
 /// Sets what the first termination signal runs before the process ends by it (replacing
 /// any action set before).
-pub fn on_signal(action: impl FnOnce(i32) + Send + 'static) {
+fn on_signal(action: impl FnOnce(i32) + Send + 'static) {
     *ACTION.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(action));
 }
 

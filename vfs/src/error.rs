@@ -42,7 +42,7 @@ pub enum Error {
     /// state; the store refuses further changes until it is mounted again.
     #[error("store stopped after a failure: {0}")]
     Stopped(String),
-    /// A change asked of a store mounted read-only ([`crate::Store::open_read_only`]).
+    /// A change asked of a store mounted read-only ([`crate::StoreConfig::read_only`]).
     #[error("read-only store")]
     ReadOnly,
     #[error(transparent)]
@@ -79,11 +79,10 @@ impl Error {
             Error::ReadOnly | Error::Device(DeviceError::ReadOnly(_)) => libc::EROFS,
             // The host's file system under the image is full: nothing was lost, there is
             // no room (and a later sync may succeed), as a native write or fsync says.
-            Error::Device(DeviceError::Io(e))
-                if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) =>
-            {
-                e.raw_os_error().unwrap_or(libc::EIO)
-            }
+            Error::Device(DeviceError::Io(e)) => match e.raw_os_error() {
+                Some(full @ (libc::ENOSPC | libc::EDQUOT)) => full,
+                _ => libc::EIO,
+            },
             Error::Corrupt(_) | Error::Stopped(_) | Error::Device(_) => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Loop => libc::ELOOP,

@@ -304,6 +304,16 @@ struct Filler {
 }
 
 impl Filler {
+    /// No filler thread: a read-only device prepares nothing.
+    fn none() -> Filler {
+        Filler {
+            wake: None,
+            thread: None,
+            asked: Arc::default(),
+            done: Arc::default(),
+        }
+    }
+
     fn start(core: Arc<Core>) -> Filler {
         let (tx, rx) = channel();
         let asked = Arc::new(AtomicU64::new(0));
@@ -559,7 +569,10 @@ impl ImageDevice {
         });
         ImageDevice {
             path: path.to_path_buf(),
-            filler: Filler::start(core.clone()),
+            filler: match read_only {
+                true => Filler::none(),
+                false => Filler::start(core.clone()),
+            },
             core,
             sync_lock: Mutex::new(()),
             syncs: AtomicU64::new(0),

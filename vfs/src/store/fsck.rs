@@ -290,8 +290,9 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
 
 impl Store {
     /// [`Store::fsck`], then every live block read back and checked against its unit's
-    /// checksum, and the retired metadata zone read for damage (which no mount looks for). Each zone is pinned while it is read, with no lock held, so a store in use
-    /// keeps going. Each planned extent is looked up again when its turn comes and read
+    /// checksum, and the retired metadata zone read for damage (which no mount looks for).
+    /// Each zone is pinned while it is read, with no lock held, so a store in use keeps
+    /// going. Each planned extent is looked up again when its turn comes and read
     /// where it is mapped then: GC may have moved it and reset its old zone meanwhile.
     pub fn fsck_deep(&self) -> Result<FsckReport> {
         let (mut report, plan) = {

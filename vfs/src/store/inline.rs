@@ -114,12 +114,12 @@ impl InlineTails {
             .unwrap_or(0)
     }
 
-    /// Every file's pieces, oldest first.
     /// The pieces of one file, oldest first (a later one wins where they overlap).
     pub fn of(&self, ino: Ino) -> &[Piece] {
         self.files.get(&ino).map_or(&[], Vec::as_slice)
     }
 
+    /// Every file's pieces, oldest first.
     pub fn files(&self) -> impl Iterator<Item = (Ino, &[Piece])> {
         self.files.iter().map(|(&ino, ps)| (ino, ps.as_slice()))
     }
