@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use valet_vfs::device::{
-    FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice, ZonefsDevice,
-    ZonefsOptions,
+    DeviceError, FdpDevice, FdpOptions, Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice,
+    ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{Store, StoreConfig};
 
@@ -57,12 +57,13 @@ impl DeviceSpec {
         self.open_device_as(false)
     }
 
-    /// Opens the device; `read_only` opens an existing image for reading only (a real
-    /// drive is opened as for a run: the read-only store writes nothing to it).
+    /// Opens the device; `read_only` opens an existing store's device for reading only
+    /// (nothing is written to it, and a blank FDP namespace is refused, not formatted).
     fn open_device_as(&self, read_only: bool) -> Result<Arc<dyn ZonedDevice>> {
         if let Some(root) = &self.zonefs {
             let options = ZonefsOptions {
                 zone_capacity: self.zonefs_capacity,
+                read_only,
                 ..Default::default()
             };
             let dev = ZonefsDevice::open(root, options)
@@ -70,8 +71,15 @@ impl DeviceSpec {
             return Ok(Arc::new(dev));
         }
         if let Some(node) = &self.fdp {
-            let dev = FdpDevice::open(node, FdpOptions::default())
-                .with_context(|| format!("opening the FDP namespace {}", node.display()))?;
+            let options = FdpOptions {
+                read_only,
+                ..Default::default()
+            };
+            let dev = match FdpDevice::open(node, options) {
+                Err(DeviceError::Blank) => bail!("no store on the drive at {}", node.display()),
+                opened => opened
+                    .with_context(|| format!("opening the FDP namespace {}", node.display()))?,
+            };
             return Ok(Arc::new(dev));
         }
         std::fs::create_dir_all(&self.dir)
@@ -121,12 +129,12 @@ impl DeviceSpec {
     /// The device of an existing store: refuses a missing image and a blank drive.
     fn existing_device(&self, read_only: bool) -> Result<Arc<dyn ZonedDevice>> {
         if self.zonefs.is_none() && self.fdp.is_none() && !self.image_path().exists() {
-            anyhow::bail!("no store at {}", Path::new(&self.dir).display());
+            bail!("no store at {}", Path::new(&self.dir).display());
         }
         let device = self.open_device_as(read_only)?;
         if let Some(root) = self.zonefs.as_ref().or(self.fdp.as_ref()) {
             if device.report_zones().iter().all(|z| z.write_pointer == 0) {
-                anyhow::bail!("no store on the drive at {}", root.display());
+                bail!("no store on the drive at {}", root.display());
             }
         }
         Ok(device)

@@ -5,7 +5,8 @@
 //! - `store_runs_on_fdp_in_a_vm`: `valet-vfs`'s `kernel_devices` FDP tests (placement
 //!   identifiers checked against the drive's reclaim unit status, its host-bytes counter
 //!   against the store's accounting, deallocation, the zone table across reopen, the store's
-//!   streams under different identifiers and its remount) and the store's model-based
+//!   streams under different identifiers and its remount, a read-only mount that writes
+//!   not one byte and a blank namespace that a read-only open leaves blank) and the store's model-based
 //!   property test with remounts (`model`'s `fdp_store_matches_model`).
 //! - `store_runs_on_fdp_write_streams_in_a_vm`: the same device tests on the 6.18 kernel,
 //!   whose block layer offers the placement handles as write streams (the backend's
@@ -75,7 +76,7 @@ fn store_runs_on_fdp_in_a_vm() {
     println!("{}", run.console);
     run.assert_ok("FDP tests in the VM");
     assert!(
-        run.console.contains("test result: ok. 3 passed"),
+        run.console.contains("test result: ok. 4 passed"),
         "{}",
         run.tail()
     );
@@ -113,7 +114,7 @@ fn store_runs_on_fdp_write_streams_in_a_vm() {
         run.tail()
     );
     assert!(
-        run.console.contains("test result: ok. 3 passed"),
+        run.console.contains("test result: ok. 4 passed"),
         "{}",
         run.tail()
     );

@@ -187,7 +187,9 @@ fn zonefs_reports_the_drives_own_limit_errors() {
 }
 
 /// The store on zonefs: files in two streams, synced, remounted; every byte back, streams in
-/// different zones, and the drive's write pointers where the store's zone map says.
+/// different zones, and the drive's write pointers where the store's zone map says. Then a
+/// read-only mount: it reads every byte, changes no write pointer on the drive, shares the
+/// mount with another reader and keeps a writer out.
 #[test]
 #[ignore = "needs VALET_ZONEFS_MOUNT; run by tests/tests/vm_zns.rs"]
 fn store_on_zonefs_remounts_with_every_byte() {
@@ -200,11 +202,20 @@ fn store_on_zonefs_remounts_with_every_byte() {
         conventional_dir: Some(conventional.path().to_path_buf()),
         ..Default::default()
     };
-    let open = || {
-        let dev = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default()).unwrap();
-        Store::open(Arc::new(dev), config.clone()).unwrap()
+    let open = |read_only: bool| {
+        let options = ZonefsOptions {
+            read_only,
+            ..ZonefsOptions::default()
+        };
+        let dev = Arc::new(ZonefsDevice::open(zonefs_mount(), options).unwrap());
+        let config = StoreConfig {
+            read_only,
+            ..config.clone()
+        };
+        let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+        (dev, store)
     };
-    let store = open();
+    let (dev, store) = open(false);
     let (_, root) = store.tenant("db").unwrap();
     let files = [("000001.log", 700_001usize), ("000002.ldb", 1_300_000)];
     for (i, (name, len)) in files.iter().enumerate() {
@@ -216,23 +227,41 @@ fn store_on_zonefs_remounts_with_every_byte() {
         f.sync_all().unwrap();
         f.close().unwrap();
     }
-    check_zone_map(&store);
-    drop(store);
-    let store = open();
-    let (_, root) = store.tenant("db").unwrap();
-    for (i, (name, len)) in files.iter().enumerate() {
-        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
-        let mut buf = vec![0; len + 1];
-        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
-        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
-    }
-    assert!(store.fsck().unwrap().is_clean());
-    check_zone_map(&store);
+    check_zone_map(&store, &dev);
+    drop((store, dev));
+    let read_back = |store: &Store| {
+        let (_, _, root) = store.tenants().into_iter().next().unwrap();
+        for (i, (name, len)) in files.iter().enumerate() {
+            let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+            let mut buf = vec![0; len + 1];
+            assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
+            assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
+        }
+        assert!(store.fsck().unwrap().is_clean());
+    };
+    let (dev, store) = open(false);
+    read_back(&store);
+    check_zone_map(&store, &dev);
+    let in_use = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default());
+    assert!(in_use.is_err(), "a second writer opened the mount");
+    let written = dev.kernel_report().unwrap().unwrap();
+    drop((store, dev));
+
+    let (reader, store) = open(true);
+    read_back(&store);
+    let (_other, _) = open(true);
+    let in_use = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default());
+    assert!(in_use.is_err(), "a writer opened the mount beside a reader");
+    assert!(
+        store.tenant("another").is_err(),
+        "the read-only store changed"
+    );
+    assert_eq!(reader.kernel_report().unwrap().unwrap(), written);
 }
 
 /// Streams own different zones, and every zone a stream owns has the write pointer on the
 /// drive that the store's device table has.
-fn check_zone_map(store: &Store) {
+fn check_zone_map(store: &Store, dev: &ZonefsDevice) {
     let owners = store.zone_owners();
     let streams: std::collections::BTreeSet<u32> = owners.iter().map(|o| o.2).collect();
     assert!(
@@ -240,10 +269,7 @@ fn check_zone_map(store: &Store) {
         "logs and tables share zones: {owners:?}"
     );
     let ours = store.device().report_zones();
-    let kernel = {
-        let dev = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default()).unwrap();
-        dev.kernel_report().unwrap().unwrap()
-    };
+    let kernel = dev.kernel_report().unwrap().unwrap();
     for (zone, _, stream) in &owners {
         let z = *zone as usize;
         assert_eq!(
@@ -501,7 +527,7 @@ fn store_on_fdp_separates_streams_and_remounts() {
     drop(store);
     drop(dev);
     let dev = Arc::new(FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap());
-    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config.clone()).unwrap();
     let (_, root) = store.tenant("db").unwrap();
     for (i, (name, len)) in files.iter().enumerate() {
         let f = store.open_file(root, name, OpenOptions::read()).unwrap();
@@ -514,6 +540,85 @@ fn store_on_fdp_separates_streams_and_remounts() {
     for (zone, _, stream) in store.zone_owners() {
         assert!(pid_of_stream[&stream].contains(&dev.zone_placement(zone).unwrap()));
     }
+    drop((store, dev));
+
+    // Read-only: every byte and every zone's placement, and not one byte to the drive
+    // (not even the zone table at close), beside another reader and never a writer.
+    let hbmw = host_bytes_written();
+    let read_only = FdpOptions {
+        read_only: true,
+        ..FdpOptions::default()
+    };
+    let dev = Arc::new(FdpDevice::open(fdp_device(), read_only).unwrap());
+    let other = FdpDevice::open(fdp_device(), read_only).unwrap();
+    assert!(
+        FdpDevice::open(fdp_device(), FdpOptions::default()).is_err(),
+        "a writer opened the namespace beside a reader"
+    );
+    let config = StoreConfig {
+        read_only: true,
+        ..config
+    };
+    let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
+    let (_, _, root) = store.tenants().into_iter().next().unwrap();
+    for (i, (name, len)) in files.iter().enumerate() {
+        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+        let mut buf = vec![0; len + 1];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
+        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
+    }
+    for (zone, _, stream) in store.zone_owners() {
+        assert!(pid_of_stream[&stream].contains(&dev.zone_placement(zone).unwrap()));
+    }
+    assert!(matches!(dev.reset(0), Err(DeviceError::ReadOnly(_))));
+    drop((store, dev, other));
+    assert_eq!(
+        host_bytes_written(),
+        hbmw,
+        "a read-only mount wrote to the drive"
+    );
+}
+
+/// A read-only open of a blank namespace says so and formats nothing.
+#[test]
+#[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
+fn fdp_read_only_open_of_a_blank_namespace_formats_nothing() {
+    drop(format_fdp(Some(1 << 20)));
+    // Blank it: zeros over the header.
+    let node = fdp_block_node();
+    let block = FsOpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&node)
+        .unwrap();
+    block
+        .write_all_at(AlignedBlock::new(&[0; 4096]).as_slice(), 0)
+        .unwrap();
+    block.sync_data().unwrap();
+    let hbmw = host_bytes_written();
+    let read_only = FdpOptions {
+        read_only: true,
+        ..FdpOptions::default()
+    };
+    assert!(matches!(
+        FdpDevice::open(fdp_device(), read_only),
+        Err(DeviceError::Blank)
+    ));
+    assert_eq!(
+        host_bytes_written(),
+        hbmw,
+        "a read-only open wrote to the drive"
+    );
+    let mut header = AlignedBlock::new(&[1; 4096]);
+    let at = header.start;
+    block
+        .read_exact_at(&mut header.buf[at..at + 4096], 0)
+        .unwrap();
+    assert!(
+        header.as_slice().iter().all(|&b| b == 0),
+        "the header changed"
+    );
 }
 
 /// One half of the power-cut test, chosen by `VALET_POWER_PHASE`:

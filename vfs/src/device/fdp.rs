@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use super::exclusive;
 use super::nvme::{self, AlignedBuffer, Placement, PlacementWriter};
 use super::sysfs::BlockDev;
 use super::{
@@ -73,6 +74,11 @@ pub struct FdpOptions {
     /// Keep a log of every write and deallocation (LBA, blocks, placement identifier) for the
     /// SSD model to replay ([`FdpDevice::take_write_log`]).
     pub record_writes: bool,
+    /// Open for reading only (tools that inspect a store): nothing is ever written to the
+    /// namespace (not even the zone table at close), a blank one is refused with
+    /// [`DeviceError::Blank`] instead of formatted, and the namespace is locked shared, so
+    /// inspections may run side by side but never beside a store that writes to it.
+    pub read_only: bool,
 }
 
 /// One command the backend sent the drive, for the SSD model.
@@ -158,6 +164,7 @@ pub struct FdpDevice {
     /// Streams the store keeps apart (what the resolver spreads over the handles).
     streams: u32,
     record: bool,
+    read_only: bool,
     state: Mutex<State>,
     /// Bytes written to the namespace (data, tables, header): what the drive's FDP
     /// statistics count as host bytes.
@@ -179,16 +186,17 @@ impl FdpDevice {
                 .strip_prefix("nvme")
                 .ok_or_else(|| fail(format!("{} is not an NVMe namespace", dev.name)))?
         ));
+        let read_only = options.read_only;
         let block = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!read_only)
             .custom_flags(libc::O_DIRECT)
             .open(&node)
             .map_err(|e| fail(format!("cannot open {}: {e}", node.display())))?;
-        lock(&node, &block)?;
+        exclusive::lock(&node, &block, read_only, "namespace")?;
         let generic = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!read_only)
             .open(&generic_node)
             .map_err(|e| fail(format!("cannot open {}: {e}", generic_node.display())))?;
         let nsid = nvme::namespace_id(&generic).map_err(|e| fail(format!("namespace id: {e}")))?;
@@ -225,6 +233,12 @@ impl FdpDevice {
             .map_err(|e| fail(format!("cannot read the header: {e}")))?;
         let blank = header.as_slice().iter().all(|&b| b == 0);
         let ours = &header.as_slice()[..8] == MAGIC;
+        if read_only && !ours {
+            return Err(match blank {
+                true => DeviceError::Blank,
+                false => fail("holds data that is not a Valet FDP layout".into()),
+            });
+        }
         let (geometry, layout, state, formatted_bytes) = if ours && !options.format {
             let (geometry, layout) = decode_header(header.as_slice(), bs, size).map_err(fail)?;
             let (seq, entries) = read_tables(&block, &layout).map_err(fail)?;
@@ -289,6 +303,7 @@ impl FdpDevice {
             layout,
             streams,
             record: options.record_writes,
+            read_only,
             state: Mutex::new(State {
                 table,
                 on_disk,
@@ -343,6 +358,14 @@ impl FdpDevice {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Table updates are validated before they change anything.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses `what` on a device opened for reading only.
+    fn writable(&self, what: &'static str) -> Result<(), DeviceError> {
+        match self.read_only {
+            true => Err(DeviceError::ReadOnly(what)),
+            false => Ok(()),
+        }
     }
 
     fn write_locked(
@@ -426,11 +449,13 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.writable("write")?;
         let mut st = self.lock();
         self.write_locked(&mut st, zone, offset, data)
     }
 
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.writable("append")?;
         let mut st = self.lock();
         let offset = st.table.check_append(zone, data.len() as u64)?;
         self.write_locked(&mut st, zone, offset, data)?;
@@ -471,6 +496,7 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("reset")?;
         let mut st = self.lock();
         let mut next = st.table.clone();
         let old_wp = next.reset(zone)?;
@@ -490,6 +516,7 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("finish")?;
         let mut st = self.lock();
         st.table.finish(zone)?;
         st.table_dirty = true;
@@ -522,6 +549,10 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            // Nothing was written through this device: nothing to make durable.
+            return Ok(());
+        }
         {
             let mut st = self.lock();
             self.write_table_locked(&mut st, false)?;
@@ -537,6 +568,9 @@ impl ZonedDevice for FdpDevice {
 impl Drop for FdpDevice {
     /// A clean close leaves exact write pointers.
     fn drop(&mut self) {
+        if self.read_only {
+            return;
+        }
         let mut st = self.lock();
         let result = self
             .write_table_locked(&mut st, true)
@@ -592,21 +626,6 @@ fn bad(path: &Path, why: impl Into<String>) -> DeviceError {
         path: path.display().to_string(),
         why: why.into(),
     }
-}
-
-/// One process per namespace: a second store on it would corrupt both.
-fn lock(node: &Path, file: &File) -> Result<(), DeviceError> {
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(bad(
-            node,
-            format!(
-                "namespace is in use by another process: {}",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The controller character device (`/dev/nvmeX`) of namespace `dev`.

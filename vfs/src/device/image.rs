@@ -71,6 +71,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::exclusive;
 use super::io::{IoEngine, IoMode};
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
 
@@ -461,7 +462,7 @@ impl ImageDevice {
         layout: Layout,
         options: ImageOptions,
     ) -> Result<Self, DeviceError> {
-        lock_file(path, &file, false)?;
+        exclusive::lock(path, &file, false, "image")?;
         file.set_len(layout.file_len)?;
         let engine = IoEngine::new(file, options.io)?;
         let table = ZoneTable::new(layout.geometry)?;
@@ -483,7 +484,7 @@ impl ImageDevice {
             .write(!options.read_only)
             .open(path)
             .map_err(|e| bad(path, format!("cannot open: {e}")))?;
-        lock_file(path, &file, options.read_only)?;
+        exclusive::lock(path, &file, options.read_only, "image")?;
         let len = file
             .metadata()
             .map_err(|e| bad(path, format!("cannot stat: {e}")))?
@@ -956,30 +957,6 @@ fn describe(g: &Geometry) -> String {
         "{} zones of {} bytes, capacity {}, block {}, max open {}, max active {}",
         g.zone_count, g.zone_size, g.zone_capacity, g.block_size, g.max_open, g.max_active
     )
-}
-
-/// Locks the image: exclusively to write it, shared to read it.
-fn lock_file(path: &Path, file: &File, shared: bool) -> Result<(), DeviceError> {
-    // A process killed a moment ago may still hold the lock for a few milliseconds while
-    // the kernel tears down its io_uring; a supervisor restarting it must not fail for that.
-    const PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
-    let start = std::time::Instant::now();
-    loop {
-        // SAFETY: plain syscall on a descriptor we own.
-        let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
-        let rc = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(bad(path, format!("cannot lock: {err}")));
-        }
-        if start.elapsed() >= PATIENCE {
-            return Err(bad(path, "image is in use by another process"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 /// Starts the host's writeback of `len` bytes at `at` without waiting for it (a later

@@ -11,6 +11,7 @@
 //! with Flexible Data Placement, its LBA ranges written as zones with placement identifiers).
 
 pub mod blkzone;
+mod exclusive;
 mod fdp;
 mod image;
 mod io;
@@ -170,6 +171,9 @@ pub enum DeviceError {
     BadGeometry(String),
     #[error("image {path}: {why}")]
     BadImage { path: String, why: String },
+    /// A device opened for reading only holds no store: nothing was ever written to it.
+    #[error("blank: it holds no store")]
+    Blank,
     /// A write, reset or finish on a device opened for reading only.
     #[error("device opened read-only: {0} not allowed")]
     ReadOnly(&'static str),

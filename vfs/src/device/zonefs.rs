@@ -19,6 +19,10 @@
 //! [`DeviceError::TooManyActive`]. zonefs's default `errors=remount-ro` turns any such error
 //! into a read-only file system, so mount with `errors=repair`: the write pointer is then
 //! read back from the device, the zone file's size fixed, and the mount stays writable.
+//!
+//! The mount's root directory is locked (see `exclusive`): one store writes to a mount at a
+//! time, and tools that only read it ([`ZonefsOptions::read_only`]) share it among
+//! themselves, never with a writer.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
@@ -29,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::blkzone::{self, KernelZone, ZoneKind};
+use super::exclusive;
 use super::sysfs::BlockDev;
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
 
@@ -59,6 +64,10 @@ pub struct ZonefsOptions {
     pub block_size: u32,
     /// Write through `O_DIRECT` handles (always on a real mount).
     pub direct_io: bool,
+    /// Open for reading only (tools that inspect a store): zone files are opened read-only,
+    /// writes, resets and finishes are refused, and the mount is locked shared, so several
+    /// readers may open it at once but none while a store writes to it.
+    pub read_only: bool,
 }
 
 impl Default for ZonefsOptions {
@@ -70,6 +79,7 @@ impl Default for ZonefsOptions {
             max_active: 14,
             block_size: 4096,
             direct_io: false,
+            read_only: false,
         }
     }
 }
@@ -99,6 +109,9 @@ struct Handles {
 /// capacity Full ones, and everything in between Closed.
 pub struct ZonefsDevice {
     root: PathBuf,
+    /// The root directory, open for as long as the device is: it holds the lock.
+    _lock: File,
+    read_only: bool,
     direct_io: bool,
     /// The zoned block device of a real mount.
     kernel: Option<KernelDevice>,
@@ -115,6 +128,8 @@ impl ZonefsDevice {
         if !seq.is_dir() {
             return Err(bad(root, "not a zonefs layout: no seq/ directory"));
         }
+        let lock = File::open(root).map_err(|e| bad(root, format!("cannot open: {e}")))?;
+        exclusive::lock(root, &lock, options.read_only, "zonefs mount")?;
         let zone_count = count_zone_files(root, &seq)?;
         let (geometry, kernel) = if is_zonefs_mount(root)? {
             let (geometry, kernel) = KernelDevice::probe(root, zone_count, &options)?;
@@ -167,7 +182,9 @@ impl ZonefsDevice {
         let table = ZoneTable::restore(geometry, &entries).map_err(|why| bad(root, why))?;
         Ok(ZonefsDevice {
             root: root.to_path_buf(),
-            direct_io: options.direct_io || kernel.is_some(),
+            _lock: lock,
+            read_only: options.read_only,
+            direct_io: (options.direct_io || kernel.is_some()) && !options.read_only,
             kernel,
             state: Mutex::new(State {
                 table,
@@ -256,6 +273,14 @@ impl ZonefsDevice {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Refuses `what` on a device opened for reading only.
+    fn writable(&self, what: &'static str) -> Result<(), DeviceError> {
+        match self.read_only {
+            true => Err(DeviceError::ReadOnly(what)),
+            false => Ok(()),
+        }
+    }
+
     fn zone_path(&self, zone: ZoneId) -> PathBuf {
         self.root.join("seq").join(zone.to_string())
     }
@@ -273,7 +298,7 @@ impl ZonefsDevice {
         let path = self.zone_path(zone);
         let open = |direct: bool| {
             let mut o = OpenOptions::new();
-            o.read(true).write(true);
+            o.read(true).write(!self.read_only);
             if direct {
                 o.custom_flags(libc::O_DIRECT);
             }
@@ -361,11 +386,13 @@ impl ZonedDevice for ZonefsDevice {
     }
 
     fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.writable("write")?;
         let mut st = self.lock();
         self.write_locked(&mut st, zone, offset, data)
     }
 
     fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.writable("append")?;
         let mut st = self.lock();
         let offset = st.table.check_append(zone, data.len() as u64)?;
         self.write_locked(&mut st, zone, offset, data)?;
@@ -385,6 +412,7 @@ impl ZonedDevice for ZonefsDevice {
     }
 
     fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("reset")?;
         let mut st = self.lock();
         let mut next = st.table.clone();
         next.reset(zone)?;
@@ -395,6 +423,7 @@ impl ZonedDevice for ZonefsDevice {
     }
 
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("finish")?;
         let mut st = self.lock();
         let mut next = st.table.clone();
         next.finish(zone)?;
@@ -755,6 +784,48 @@ mod tests {
         assert!(d.finish(1).is_err());
         d.sync().unwrap();
         assert_eq!(d.sync_count(), 1);
+    }
+
+    #[test]
+    fn one_writer_at_a_time_and_readers_only_beside_readers() {
+        let (dir, d) = formatted(2);
+        d.write(0, 0, &block(7)).unwrap();
+        let read_only = ZonefsOptions {
+            read_only: true,
+            ..opts()
+        };
+        let in_use = |e| why(e).contains("zonefs mount is in use by another process");
+        assert!(in_use(
+            ZonefsDevice::open(dir.path(), opts()).err().unwrap()
+        ));
+        assert!(in_use(
+            ZonefsDevice::open(dir.path(), read_only).err().unwrap()
+        ));
+        drop(d);
+
+        let reader = ZonefsDevice::open(dir.path(), read_only).unwrap();
+        let other = ZonefsDevice::open(dir.path(), read_only).unwrap();
+        assert!(in_use(
+            ZonefsDevice::open(dir.path(), opts()).err().unwrap()
+        ));
+        let mut buf = vec![0; BS];
+        other.read(0, 0, &mut buf).unwrap();
+        assert_eq!(buf, block(7));
+        for refused in [
+            reader.write(0, BS as u64, &block(1)).err(),
+            reader.append(1, &block(1)).err(),
+            reader.reset(0).err(),
+            reader.finish(1).err(),
+        ] {
+            assert!(
+                matches!(refused, Some(DeviceError::ReadOnly(_))),
+                "{refused:?}"
+            );
+        }
+        reader.sync().unwrap();
+        assert_eq!((size(&dir, 0), size(&dir, 1)), (BS as u64, 0));
+        drop((reader, other));
+        ZonefsDevice::open(dir.path(), opts()).unwrap();
     }
 
     #[test]
