@@ -334,12 +334,27 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         }
         _ => None,
     };
+    let tenant_list = match &cli.tenants {
+        Some(file) => {
+            let mut list = tenants::load(file)?;
+            for t in &mut list {
+                t.max_threads = t.max_threads.or(cli.max_threads);
+            }
+            list
+        }
+        None => Vec::new(),
+    };
     let store = device.mount()?;
-    // One guest's stop also serves a termination signal (and `--timeout`).
+    // Each guest's stop (one, or one per tenant) serves a termination signal; the single
+    // guest's also serves `--timeout`.
     let stop = Arc::new(Stop::default());
-    let single = cli.tenants.is_none().then(|| stop.clone());
+    let stops: Vec<Arc<Stop>> = match cli.tenants {
+        Some(_) => tenant_list.iter().map(|_| Arc::default()).collect(),
+        None => vec![stop.clone()],
+    };
+    let stop_all = stops.clone();
     termination::keep_writes_of(&store, move |signal| {
-        if let Some(stop) = single {
+        for stop in stop_all {
             stop.stop(signal);
         }
     });
@@ -360,12 +375,8 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             server.token_path.display()
         );
     }
-    let code = if let Some(file) = &cli.tenants {
-        let mut list = tenants::load(file)?;
-        for t in &mut list {
-            t.max_threads = t.max_threads.or(cli.max_threads);
-        }
-        let exits = tenants::run(&store, &registry, &list)?;
+    let code = if cli.tenants.is_some() {
+        let exits = tenants::run(&store, &registry, &tenant_list, &stops)?;
         tenants::exit_code(exits)
     } else {
         let app = cli.app.clone().context("no APP.wasm given")?;

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -34,7 +35,7 @@ use valet_vfs::Store;
 use wasmtime::{Engine, Module};
 
 use crate::admin::Registry;
-use crate::host::{self, GuestExit, GuestSpec, Preopen, Stopping};
+use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop, Stopping};
 
 /// Exit code a trapped guest counts as (128 + SIGABRT, as `valet-run` gives for one guest).
 pub const EXIT_TRAP: u8 = 134;
@@ -151,7 +152,9 @@ fn compile(engines: &mut HashMap<Stopping, Engine>, app: &Path) -> Result<(Engin
 }
 
 /// Compiles every tenant's module, then runs all tenants at once on `store`, each in its own
-/// thread, and waits for all of them. Nothing runs unless every module compiles.
+/// thread, and waits for all of them. Nothing runs unless every module compiles. `stops`
+/// holds one [`Stop`] per tenant, in order, to stop it from another thread (a termination
+/// signal stops them all).
 ///
 /// A threaded guest is compiled with epoch checks, so that its other threads stop when it
 /// ends while the other tenants go on; a guest of one thread ends with that thread and is
@@ -160,7 +163,11 @@ pub fn run(
     store: &Store,
     registry: &Registry,
     tenants: &[TenantConfig],
+    stops: &[Arc<Stop>],
 ) -> Result<Vec<TenantExit>> {
+    if stops.len() != tenants.len() {
+        bail!("{} tenants but {} stops", tenants.len(), stops.len());
+    }
     for t in tenants {
         let policy = registry
             .resolve(t.policy.as_deref().unwrap_or("default"))
@@ -172,7 +179,7 @@ pub fn run(
     let mut prepared = Vec::new();
     let mut engines: HashMap<Stopping, Engine> = HashMap::new();
     let mut modules: HashMap<&Path, (Engine, Module)> = HashMap::new();
-    for t in tenants {
+    for (t, stop) in tenants.iter().zip(stops) {
         // Tenants running the same app share one compilation.
         let (engine, module) = match modules.get(t.app.as_path()) {
             Some(compiled) => compiled.clone(),
@@ -202,6 +209,7 @@ pub fn run(
             }],
             trap_unknown_imports: false,
             thread_limit: t.max_threads,
+            stop: Some(stop.clone()),
             ..GuestSpec::default()
         };
         prepared.push((t.name.clone(), engine, module, spec));

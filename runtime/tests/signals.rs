@@ -1,13 +1,14 @@
 //! Termination signals: a guest stopped by SIGTERM, SIGINT or SIGHUP keeps every byte it
 //! wrote, synced or not, as a native program keeps them in the page cache, and `valet-run`
 //! ends by that same signal. The guest writes three files it never syncs or closes, then
-//! either waits in a WASI call or computes without ever making one.
+//! either waits in a WASI call or computes without ever making one; with `--tenants`, one
+//! tenant waits and another appends records nonstop.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
-use valet_guests::content::unsynced_file;
+use valet_guests::content::{record, unsynced_file, RECORD_LEN};
 use valet_runtime::device::DeviceSpec;
 use valet_vfs::device::Geometry;
 use valet_vfs::OpenOptions;
@@ -47,6 +48,11 @@ fn stopped_by(signal: i32, mode: &str) {
         .mount_read_only()
         .unwrap();
     let (_, _, root) = store.tenants().into_iter().next().unwrap();
+    check_unsynced_files(&store, root);
+}
+
+/// The three files write_then_wait wrote, whole.
+fn check_unsynced_files(store: &valet_vfs::Store, root: valet_vfs::Ino) {
     for i in 0..3 {
         let f = store
             .open_file(root, &format!("unsynced-{i}.dat"), OpenOptions::read())
@@ -75,4 +81,78 @@ fn sigint_keeps_what_a_guest_that_never_calls_wasi_wrote() {
 #[test]
 fn sighup_keeps_what_a_guest_wrote() {
     stopped_by(libc::SIGHUP, "wait");
+}
+
+/// With `--tenants`, the signal stops every tenant before the store is unmounted: one
+/// waiting in a WASI call, one appending records without pause. Each keeps what it
+/// wrote, and the appender's file is whole records in order (no write refused or cut
+/// short by the unmount).
+#[test]
+fn sigterm_stops_every_tenant_and_keeps_what_each_wrote() {
+    let dev = tempfile::tempdir().unwrap();
+    let tenants = dev.path().join("tenants.toml");
+    let app = valet_guests::WRITE_THEN_WAIT;
+    std::fs::write(
+        &tenants,
+        format!(
+            "[[tenant]]\nname = \"waits\"\napp = {app:?}\nargs = [\"/data\", \"wait\"]\n\n\
+             [[tenant]]\nname = \"appends\"\napp = {app:?}\nargs = [\"/data\", \"append\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(dev.path().join("store"))
+        .args(["--zone-size", "16", "--zones", "24", "--tenants"])
+        .arg(&tenants)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "written\n", "a tenant did not get to write");
+    }
+    // Let the appender get well into its records.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGTERM),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+
+    let store = DeviceSpec::image(dev.path().join("store"), Geometry::EMBEDDED_DEFAULT)
+        .mount_read_only()
+        .unwrap();
+    let roots: std::collections::BTreeMap<String, valet_vfs::Ino> = store
+        .tenants()
+        .into_iter()
+        .map(|(_, name, root)| (name, root))
+        .collect();
+    check_unsynced_files(&store, roots["waits"]);
+    check_unsynced_files(&store, roots["appends"]);
+    let f = store
+        .open_file(roots["appends"], "records.dat", OpenOptions::read())
+        .unwrap();
+    let len = f.metadata().unwrap().size as usize;
+    let mut got = vec![0u8; len];
+    assert_eq!(f.read_at(&mut got, 0).unwrap(), len);
+    assert!(len >= RECORD_LEN, "no record kept");
+    assert_eq!(len % RECORD_LEN, 0, "a record cut short: {len} bytes");
+    for (n, chunk) in got.chunks(RECORD_LEN).enumerate() {
+        assert!(
+            chunk == record(n as u64),
+            "record {n} of {}",
+            len / RECORD_LEN
+        );
+    }
 }

@@ -61,3 +61,11 @@ pub fn unsynced_file(i: u64) -> Vec<u8> {
         mix(0x0a15_c0de ^ i.wrapping_mul(0x1_0000_0001) ^ w)
     })
 }
+
+/// Length of write_then_wait's records.
+pub const RECORD_LEN: usize = 100;
+
+/// Record `n` of write_then_wait's `append` mode: RECORD_LEN bytes.
+pub fn record(n: u64) -> Vec<u8> {
+    fill(RECORD_LEN, |w| mix(0x0ec0_4d5e ^ mix(n).wrapping_add(w)))
+}

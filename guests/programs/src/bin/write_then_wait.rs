@@ -7,7 +7,9 @@
 //! Writes `content::unsynced_file(i)` to `DIR/unsynced-i.dat` for i in 0..3 (the last one
 //! small enough to stay in a write buffer) and never syncs or closes them. Prints `written`,
 //! then with MODE `wait` reads stdin to its end (a guest blocked in a WASI call), with
-//! `spin` computes forever (a guest that makes no WASI call at all).
+//! `spin` computes forever (a guest that makes no WASI call at all), with `append` appends
+//! `content::record(n)` for n = 0, 1, 2, ... to `DIR/records.dat` forever (a guest in the
+//! middle of writing when it is stopped).
 
 use std::io::{Read, Write};
 
@@ -30,6 +32,12 @@ fn main() {
         "wait" => {
             let mut all = Vec::new();
             std::io::stdin().read_to_end(&mut all).expect("stdin");
+        }
+        "append" => {
+            let mut f = std::fs::File::create(format!("{dir}/records.dat")).expect("create");
+            for n in 0.. {
+                f.write_all(&content::record(n)).expect("append");
+            }
         }
         _ => {
             let mut x = 1u64;
