@@ -92,6 +92,7 @@ impl Bench {
             fdp: None,
             geometry: geometry(),
             io: IoMode::Auto,
+            writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
         };
         let store = spec.mount()?;
         let (_, store_root) = store.tenant("bench")?;

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use valet_vfs::device::{
@@ -11,6 +12,10 @@ use valet_vfs::device::{
     ZonefsDevice, ZonefsOptions,
 };
 use valet_vfs::{Store, StoreConfig};
+
+/// How often a writable mount makes what guests wrote and did not sync durable
+/// (`StoreConfig::writeback`): ext4's journal commit interval.
+pub const DEFAULT_WRITEBACK: Duration = Duration::from_secs(5);
 
 /// Where the store lives and how to create it.
 #[derive(Clone, Debug)]
@@ -28,6 +33,9 @@ pub struct DeviceSpec {
     /// Geometry for a new image (ignored when the image exists).
     pub geometry: Geometry,
     pub io: IoMode,
+    /// How often a writable mount writes back what was not synced; None: never (only
+    /// syncs, closes and the unmount make it durable).
+    pub writeback: Option<Duration>,
 }
 
 impl DeviceSpec {
@@ -41,6 +49,7 @@ impl DeviceSpec {
             fdp: None,
             geometry,
             io: IoMode::Auto,
+            writeback: Some(DEFAULT_WRITEBACK),
         }
     }
 
@@ -101,6 +110,7 @@ impl DeviceSpec {
     fn mount_on(&self, device: Arc<dyn ZonedDevice>) -> Result<Store> {
         let config = StoreConfig {
             conventional_dir: Some(self.conventional_dir()),
+            writeback: self.writeback,
             ..Default::default()
         };
         Store::open(device, config).context("mounting the store")

@@ -214,6 +214,7 @@ impl StoreArgs {
             // The image's own geometry is used; this one is never applied.
             geometry: Geometry::EMBEDDED_DEFAULT,
             io: self.io,
+            writeback: None,
         }
     }
 

@@ -210,6 +210,24 @@ struct DeviceArgs {
     /// writes (`uring`, or `auto` where the kernel allows it).
     #[arg(long, default_value = "sync", value_name = "sync|uring|auto")]
     io: IoMode,
+
+    /// Make what the guests wrote and did not sync durable this often (`500ms`, `5s`,
+    /// `1m`), so that a crash of valet-run (SIGKILL, the OOM killer) or of the host loses
+    /// at most about that much, as ext4's 5 s journal commit bounds it for native programs;
+    /// `off`: only their syncs, closes and the exit do.
+    #[arg(long, default_value = "5s", value_name = "DURATION|off", value_parser = parse_writeback)]
+    writeback: Writeback,
+}
+
+/// `--writeback`: an interval, or `off`.
+#[derive(Clone, Copy)]
+struct Writeback(Option<Duration>);
+
+fn parse_writeback(text: &str) -> std::result::Result<Writeback, String> {
+    match text {
+        "off" => Ok(Writeback(None)),
+        _ => parse_duration(text).map(|d| Writeback(Some(d))),
+    }
 }
 
 impl DeviceArgs {
@@ -240,6 +258,7 @@ impl DeviceArgs {
             fdp: self.fdp.clone(),
             geometry,
             io: self.io,
+            writeback: self.writeback.0,
         })
     }
 }
@@ -270,7 +289,7 @@ fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{text:?}: a timeout must be more than zero"))
+        .ok_or_else(|| format!("{text:?}: must be more than zero"))
 }
 
 /// Stops the guest through `stop` once `limit` has passed, unless the returned sender is

@@ -18,12 +18,13 @@ pub fn summary(stats: &Stats) -> String {
         stats.waf_with_meta
     ));
     out.push_str(&format!(
-        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs, {} live, {} conventional\n",
+        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs ({} by writeback), {} live, {} conventional\n",
         stats.free_zones,
         stats.zones,
         stats.zone_resets,
         stats.zone_finishes,
         stats.device_syncs,
+        stats.writebacks,
         mib(stats.live_bytes),
         mib(stats.conventional_bytes)
     ));

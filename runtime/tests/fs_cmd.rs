@@ -60,6 +60,7 @@ fn small_device(dir: &Path) -> DeviceSpec {
         fdp: None,
         geometry,
         io: IoMode::Auto,
+        writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
     }
 }
 

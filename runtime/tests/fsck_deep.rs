@@ -38,6 +38,7 @@ fn deep_fsck_finds_a_block_damaged_after_it_was_written() {
             ..Geometry::EMBEDDED_DEFAULT
         },
         io: IoMode::Auto,
+        writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
     };
     {
         let store = spec.mount().unwrap();

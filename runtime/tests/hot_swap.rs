@@ -584,6 +584,7 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
         fdp: None,
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
+        writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
     }
     .mount_existing()
     .unwrap();

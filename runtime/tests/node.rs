@@ -75,6 +75,7 @@ fn start_agent(zones: u32) -> Fixture {
                 fdp: None,
                 geometry,
                 io: IoMode::Auto,
+                writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
             },
             socket: f.socket.clone(),
             admin: None,

@@ -113,6 +113,10 @@ pub struct Stats {
     /// elsewhere: each is a stall a guest felt, and a bug to look for.
     #[serde(default)]
     pub allocation_stalls: u64,
+    /// Rounds of the periodic writeback that made unsynced writes durable (see
+    /// `StoreConfig::writeback`).
+    #[serde(default)]
+    pub writebacks: u64,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

@@ -68,6 +68,8 @@ fn config(dir: &Path) -> StoreConfig {
         conventional_dir: Some(dir.join("conventional")),
         // Fragmented windows are rewritten whenever there is one, so kills land in them.
         defrag_start_bytes: Some(0),
+        // Unsynced writes are written back every few operations, so kills land in that too.
+        writeback: Some(Duration::from_millis(10)),
         ..Default::default()
     }
 }

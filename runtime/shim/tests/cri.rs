@@ -222,6 +222,7 @@ fn device(dir: &Path) -> DeviceSpec {
         fdp: None,
         geometry,
         io: IoMode::Auto,
+        writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
     }
 }
 

@@ -311,6 +311,11 @@ impl GroupCommit {
         (st, handed_over)
     }
 
+    /// Whether every change up to `target` is durable.
+    pub fn is_durable(&self, target: u64) -> bool {
+        self.state().durable >= target
+    }
+
     /// Whether a commit failed (the store then refuses writes).
     pub fn failure(&self) -> Option<String> {
         if !self.any_failed.load(Ordering::Acquire) {

@@ -9,7 +9,8 @@
 //! extents near what a checkpoint can hold; [`checksum`] the crc of every written unit,
 //! which GC, defragmentation and the deep fsck verify; [`mount`] recovery; [`fsck`] the
 //! invariant checker; [`inline`] small synced tails that travel in journal records until
-//! their window reaches a data zone; [`spin_lock`] how the store's lock is taken.
+//! their window reaches a data zone; [`spin_lock`] how the store's lock is taken;
+//! [`writeback`] the thread that makes unsynced writes durable every few seconds.
 //!
 //! # Concurrency: who owns what
 //!
@@ -81,8 +82,8 @@
 //!   namespace lock is taken (and checked again after), events are queued under `inner`
 //!   and delivered after it is released.
 //!
-//! - **The store's own threads** (the background writer, the reclaimer, the image's
-//!   fill-ahead) run at nice 10 ([`crate::background`]): on a machine with as many busy
+//! - **The store's own threads** (the background writer, the reclaimer, the writeback,
+//!   the image's fill-ahead) run at nice 10 ([`crate::background`]): on a machine with as many busy
 //!   guests as cores, a core they take from a guest is that guest's tail latency.
 //!
 //! Lock order: a file's `writing` flag → its `busy` flag → the commit leader role → the
@@ -109,6 +110,7 @@ mod reclaim;
 mod reset_tests;
 mod spin_lock;
 pub(crate) mod state;
+mod writeback;
 mod writer;
 pub(crate) mod zone_map;
 
@@ -180,6 +182,10 @@ pub struct StoreConfig {
     /// store starts no threads and allocates no write buffers. Recovered metadata that does
     /// not hold together is not refused: check [`Store::fsck`] before trusting it.
     pub read_only: bool,
+    /// Make what guests wrote and did not sync durable this often ([`writeback`]), so that
+    /// a crash of the process or the host loses at most about this much; None: only syncs,
+    /// closes and the unmount do (tests that count device flushes).
+    pub writeback: Option<std::time::Duration>,
 }
 
 impl Default for StoreConfig {
@@ -195,6 +201,7 @@ impl Default for StoreConfig {
             max_pending_ops: 4096,
             defrag_start_bytes: None,
             read_only: false,
+            writeback: None,
         }
     }
 }
@@ -343,6 +350,8 @@ struct Counters {
     last_defrag_failure: Option<String>,
     /// Allocations that waited their whole PATIENCE for work in flight.
     allocation_stalls: u64,
+    /// Rounds of the periodic writeback that found something unsynced.
+    writebacks: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -451,6 +460,8 @@ struct Shared {
     writer: writer::Queue,
     /// Collects zones in the background when free zones run low.
     reclaimer: reclaim::Reclaimer,
+    /// Makes unsynced writes durable every `StoreConfig::writeback`.
+    writeback: writeback::Writeback,
     /// Store handles held by users (file handles included).
     users: std::sync::atomic::AtomicUsize,
     /// Mounted read-only (the config's flag, here to be read without the lock).
@@ -508,6 +519,7 @@ impl Clone for Store {
 impl Drop for Store {
     fn drop(&mut self) {
         if self.user && self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.writeback.stop();
             self.shared.writer.stop();
             self.shared.reclaimer.stop();
         }
@@ -558,6 +570,7 @@ impl Store {
     pub fn open(device: Arc<dyn ZonedDevice>, config: StoreConfig) -> Result<Store> {
         let placements = Arc::new(Placements::default());
         let read_only = config.read_only;
+        let writeback = config.writeback;
         let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
         let pins = inner.pins.clone();
         let shared = Arc::new(Shared {
@@ -569,6 +582,7 @@ impl Store {
             placements,
             writer: writer::Queue::default(),
             reclaimer: reclaim::Reclaimer::default(),
+            writeback: writeback::Writeback::default(),
             users: std::sync::atomic::AtomicUsize::new(1),
             read_only,
         });
@@ -583,6 +597,15 @@ impl Store {
             shared: shared.clone(),
             user: false,
         });
+        if let Some(interval) = writeback {
+            shared.writeback.start(
+                Store {
+                    shared: shared.clone(),
+                    user: false,
+                },
+                interval,
+            );
+        }
         let store = Store { shared, user: true };
         store.write_back_inline()?;
         Ok(store)
@@ -1276,6 +1299,8 @@ impl Store {
     /// A clean stop of this handle: flushes everything, commits, and seals the journal (see
     /// [`journal::Journal::seal`]). Other handles of the store stay usable.
     pub fn unmount(self) -> Result<()> {
+        // No writeback round after the seal: what it would write, this sync writes.
+        self.shared.writeback.stop();
         self.sync()?;
         if self.shared.read_only {
             return Ok(());
@@ -1676,6 +1701,7 @@ impl Inner {
             defrag_flush_passes: self.counters.defrag_flush_passes,
             last_defrag_failure: self.counters.last_defrag_failure.clone(),
             allocation_stalls: self.counters.allocation_stalls,
+            writebacks: self.counters.writebacks,
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,
