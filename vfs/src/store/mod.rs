@@ -83,8 +83,9 @@
 //!   and delivered after it is released.
 //!
 //! - **The store's own threads** (the background writer, the reclaimer, the writeback,
-//!   the image's fill-ahead) run at nice 10 ([`crate::background`]): on a machine with as many busy
-//!   guests as cores, a core they take from a guest is that guest's tail latency.
+//!   the image's fill-ahead) run at nice 10 ([`crate::background`]): on a machine with
+//!   as many busy guests as cores, a core they take from a guest is that guest's tail
+//!   latency.
 //!
 //! Lock order: a file's `writing` flag → its `busy` flag → the commit leader role → the
 //! journal → `inner` → the commit state. `inner` is never held while waiting for the
@@ -1297,7 +1298,8 @@ impl Store {
     }
 
     /// A clean stop of this handle: flushes everything, commits, and seals the journal (see
-    /// [`journal::Journal::seal`]). Other handles of the store stay usable.
+    /// [`journal::Journal::seal`]). Other handles of the store stay usable, without the
+    /// periodic writeback.
     pub fn unmount(self) -> Result<()> {
         // No writeback round after the seal: what it would write, this sync writes.
         self.shared.writeback.stop();
