@@ -12,6 +12,7 @@ pub mod node;
 pub mod policy;
 pub mod policy_clock;
 pub mod policy_cmd;
+pub mod quota;
 pub mod stats;
 pub mod tenants;
 pub mod termination;

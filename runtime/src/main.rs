@@ -24,6 +24,7 @@ use valet_runtime::device::DeviceSpec;
 use valet_runtime::fs_cmd::{self, FsCommand};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use valet_runtime::policy_cmd::{self, PolicyCommand};
+use valet_runtime::quota::Quota;
 use valet_runtime::tenants;
 use valet_runtime::termination;
 use valet_vfs::device::{Geometry, IoMode};
@@ -127,6 +128,12 @@ struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_threads: Option<u32>,
 
+    /// The most bytes the tenant's files may hold (`512M`, `2G`; powers of 1024): a write
+    /// past it fails with ENOSPC, as at a full disk. With `--tenants`, for each tenant that
+    /// sets no `quota` of its own.
+    #[arg(long, value_name = "SIZE", value_parser = parse_quota)]
+    quota: Option<u64>,
+
     /// A TCP listener for the guest (IP:PORT), preopened as a descriptor after the
     /// directories, for `sock_accept`.
     #[arg(long = "tcplisten", value_name = "ADDR")]
@@ -217,6 +224,10 @@ struct DeviceArgs {
     /// `off`: only their syncs, closes and the exit do.
     #[arg(long, default_value = "5s", value_name = "DURATION|off", value_parser = parse_writeback)]
     writeback: Writeback,
+}
+
+fn parse_quota(text: &str) -> std::result::Result<u64, String> {
+    valet_runtime::node::pod::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// `--writeback`: an interval, or `off`.
@@ -358,6 +369,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             let mut list = tenants::load(file)?;
             for t in &mut list {
                 t.max_threads = t.max_threads.or(cli.max_threads);
+                t.quota_limit = t.quota_limit.or(cli.quota);
             }
             list
         }
@@ -402,7 +414,12 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         let module = app_module.context("no APP.wasm given")?;
         let policy = registry.resolve(&cli.policy)?;
         registry.activate(&cli.tenant, &policy)?;
-        let (_, root) = store.tenant(&cli.tenant)?;
+        let (tenant, root) = store.tenant(&cli.tenant)?;
+        let space_limit = cli
+            .quota
+            .map(|limit| -> Arc<dyn valet_runtime::wasi::SpaceLimit> {
+                Arc::new(Quota::new(store.clone(), tenant, limit))
+            });
 
         let mut preopens = vec![Preopen::Store {
             ino: root,
@@ -430,6 +447,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
             thread_limit: cli.max_threads,
+            space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()
         };

@@ -9,6 +9,7 @@
 //! mount = "/data"               # optional; where the tenant's root appears in its guest
 //! env = { K = "V" }             # optional
 //! max_threads = 16              # optional; threads the guest may run at once (as --max-threads)
+//! quota = "512M"                # optional; the most bytes its files may hold (as --quota)
 //! ```
 //!
 //! Each tenant runs in its own thread with its own wasmtime store and WASI context, on one
@@ -36,6 +37,9 @@ use wasmtime::{Engine, Module};
 
 use crate::admin::Registry;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop, Stopping};
+use crate::node::pod::parse_size;
+use crate::quota::Quota;
+use crate::wasi::SpaceLimit;
 
 /// Exit code a trapped guest counts as (128 + SIGABRT, as `valet-run` gives for one guest).
 pub const EXIT_TRAP: u8 = 134;
@@ -68,6 +72,13 @@ pub struct TenantConfig {
     /// without one takes `valet-run --max-threads`, if given.
     #[serde(default)]
     pub max_threads: Option<u32>,
+    /// The most bytes the tenant's files may hold ([`crate::quota`]), as `--quota` takes
+    /// it; read into `quota_limit` by [`load`].
+    #[serde(default)]
+    pub quota: Option<String>,
+    /// `quota` in bytes; a tenant without one takes `valet-run --quota`, if given.
+    #[serde(skip)]
+    pub quota_limit: Option<u64>,
 }
 
 impl TenantConfig {
@@ -102,6 +113,12 @@ pub fn load(path: &Path) -> Result<Vec<TenantConfig>> {
                 path.display(),
                 t.name
             );
+        }
+        if let Some(quota) = &t.quota {
+            let limit = parse_size(quota).with_context(|| {
+                format!("{}: tenant {:?}: quota {quota:?}", path.display(), t.name)
+            })?;
+            t.quota_limit = Some(limit);
         }
         if t.app.is_relative() {
             t.app = base.join(&t.app);
@@ -190,9 +207,12 @@ pub fn run(
                 compiled
             }
         };
-        let (_, root) = store
+        let (tenant, root) = store
             .tenant(&t.name)
             .with_context(|| format!("tenant {}", t.name))?;
+        let space_limit = t.quota_limit.map(|limit| -> Arc<dyn SpaceLimit> {
+            Arc::new(Quota::new(store.clone(), tenant, limit))
+        });
         let program = t
             .app
             .file_name()
@@ -209,6 +229,7 @@ pub fn run(
             }],
             trap_unknown_imports: false,
             thread_limit: t.max_threads,
+            space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()
         };

@@ -217,6 +217,10 @@ fn bad_tenant_files_are_one_line_errors() {
             "[[tenant]]\nname = \"x\"\napp = \"missing.wasm\"\n",
             "missing.wasm",
         ),
+        (
+            &*format!("[[tenant]]\nname = \"x\"\napp = {app:?}\nquota = \"12X\"\n"),
+            "tenant \"x\": quota \"12X\": unknown unit",
+        ),
     ];
     for (i, (text, what)) in cases.iter().enumerate() {
         let toml = tmp.path().join(format!("{i}.toml"));
@@ -237,4 +241,93 @@ fn bad_tenant_files_are_one_line_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", show(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}
+
+/// A tenant's `quota` (and `--quota` for the tenants without one): the tenant past it
+/// gets ENOSPC, while the others write on.
+#[test]
+fn a_tenant_over_its_quota_gets_enospc_while_another_writes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let app = valet_guests::POD_WRITER;
+    let toml = tmp.path().join("quota.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[[tenant]]\nname = \"small\"\napp = {app:?}\nargs = [\"log\", \"/data\", \"1000\", \"430\"]\n\
+             quota = \"32K\"\n\n\
+             [[tenant]]\nname = \"roomy\"\napp = {app:?}\nargs = [\"log\", \"/data\", \"300\", \"430\"]\n\n\
+             [[tenant]]\nname = \"default\"\napp = {app:?}\nargs = [\"log\", \"/data\", \"300\", \"430\"]\n\
+             quota = \"1M\"\n"
+        ),
+    )
+    .unwrap();
+    // `--quota` holds for `roomy`, which sets none: 300 records fit in 256 KiB.
+    let out = run_tenants(&dev, &toml, &["--quota", "256K"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // pod_writer exits 4 on ENOSPC; the first tenant in file order decides the code.
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+    assert_eq!(stdout.matches("ok 300").count(), 2, "{}", show(&out));
+    assert_eq!(stdout.matches("enospc ").count(), 1, "{}", show(&out));
+
+    let store = device(&dev).mount_read_only().unwrap();
+    for (_, name, root) in store.tenants() {
+        let size = store
+            .open_file(root, "log.log", OpenOptions::read())
+            .unwrap()
+            .metadata()
+            .unwrap()
+            .size;
+        match name.as_str() {
+            "small" => assert!(size > 0 && size <= 32 << 10, "{size} bytes over 32 KiB"),
+            _ => assert_eq!(size, 300 * 430, "tenant {name}"),
+        }
+    }
+
+    // A --quota too small for `roomy` stops it too, and only it among the other two.
+    let dev = tmp.path().join("dev2");
+    let out = run_tenants(&dev, &toml, &["--quota", "64K"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+    assert_eq!(stdout.matches("ok 300").count(), 1, "{}", show(&out));
+    assert_eq!(stdout.matches("enospc ").count(), 2, "{}", show(&out));
+}
+
+/// `--quota` of one guest: ENOSPC past it, and what it wrote before stays.
+#[test]
+fn quota_bounds_a_single_guest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let out = valet_run()
+        .arg("--device")
+        .arg(&dev)
+        .args(["--zone-size", "16", "--zones", "16", "--quota", "16K"])
+        .arg(valet_guests::POD_WRITER)
+        .args(["log", "/data", "1000", "430"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+    let acked = stdout.lines().filter(|l| l.starts_with("ack ")).count() as u64;
+    assert!(
+        stdout.contains(&format!("enospc {acked}")),
+        "{}",
+        show(&out)
+    );
+    assert!(acked > 0 && acked * 430 <= 16 << 10, "{acked} records");
+
+    let store = device(&dev).mount_read_only().unwrap();
+    let (_, _, root) = store.tenants().into_iter().next().unwrap();
+    let log = read_all(&store, root, "log.log");
+    assert_eq!(log.len() as u64, acked * 430);
+    // A quota that is not a size is refused before anything runs.
+    let out = valet_run()
+        .arg("--device")
+        .arg(tmp.path().join("dev2"))
+        .args(["--quota", "lots"])
+        .arg(valet_guests::POD_WRITER)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(!tmp.path().join("dev2").exists());
 }

@@ -21,7 +21,7 @@
 //! and in wasmtime's disk cache. It runs the guest with:
 //!
 //! - the pod's `valet.io/mounts` (default `/data`) as store directories of its tenant,
-//!   under its policy, within its quota ([`quota`]: ENOSPC past it) and its limit of
+//!   under its policy, within its quota ([`crate::quota`]: ENOSPC past it) and its limit of
 //!   names (`valet.io/files`, kept by the store: ENOSPC past it too, so that one pod cannot
 //!   take the room for names every pod on the store shares);
 //! - the container's rootfs as an ordinary host directory at `/`;
@@ -53,7 +53,6 @@
 
 pub mod pod;
 pub mod proto;
-pub mod quota;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -72,9 +71,9 @@ use wasmtime::{Engine, Module};
 use crate::admin::{self, Registry};
 use crate::device::DeviceSpec;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
+use crate::quota::Quota;
 use pod::PodConfig;
 use proto::{Create, FromAgent, ToAgent};
-use quota::Quota;
 
 /// Native stack of each guest's main thread (as `valet-run`'s tenants).
 const GUEST_STACK: usize = 8 << 20;

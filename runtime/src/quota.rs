@@ -1,5 +1,5 @@
-//! A tenant's space quota (`valet.io/quota`): the bytes its files may hold, counted as the
-//! sum of their sizes (each inode once, files removed while still open included: their data
+//! A tenant's space quota (`valet-run --quota`, a tenant's `quota`, a pod's
+//! `valet.io/quota`): the bytes its files may hold, counted as the sum of their sizes (each inode once, files removed while still open included: their data
 //! stays until the last close).
 //!
 //! The adapter asks before every write to a store file ([`crate::wasi::SpaceLimit`]); the
