@@ -5,6 +5,7 @@
 //! valet-run fs cat     [--device PATH] [--tenant T] GUEST_PATH
 //! valet-run fs import  [--device PATH] [--tenant T] [--zone-size MIB] [--zones N] [--max-open N] HOST_DIR GUEST_PATH
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
+//! valet-run fs rm      [--device PATH] [--tenant T] [-r] GUEST_PATH
 //! valet-run fs fsck    [--device PATH] [--deep]
 //! valet-run fs tenants [--device PATH]
 //! valet-run fs zones   [--device PATH]
@@ -23,8 +24,9 @@
 //!
 //! Only `import` creates a store: into an image device that does not exist yet it creates
 //! one, as the first `valet-run` does (with the same `--zone-size`, `--zones` and
-//! `--max-open`); every other command fails on a device without a store. `import` is also
-//! the only one that writes; it creates the tenant if needed and syncs the store before it
+//! `--max-open`); every other command fails on a device without a store. `import` and `rm`
+//! are the only ones that write (`import` creates the tenant if needed, `rm` frees what a
+//! tenant no longer needs without running a guest); each syncs the store before it
 //! returns. Every other command mounts the store read-only: it changes nothing on the
 //! device (the image file is opened for reading only, and several inspections may run at
 //! once), it is refused while a `valet-run` has the store, and it sees a store after a
@@ -41,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use valet_vfs::device::{Geometry, IoMode};
-use valet_vfs::{FileKind, Ino, OpenOptions, Store};
+use valet_vfs::{FileKind, Ino, OpenOptions, Store, TenantId};
 
 use crate::device::DeviceSpec;
 
@@ -102,6 +104,22 @@ pub enum FsCommand {
         /// Host directory the contents of GUEST_PATH go into (created if missing).
         #[arg(value_name = "HOST_DIR")]
         host: PathBuf,
+    },
+    /// Remove a file or link of the store, or with -r a directory and everything in it
+    /// (`/` empties the tenant's namespace): frees the space of data no guest needs any
+    /// more, without running one. Prints what it removed and the bytes the tenant's files
+    /// held before and after.
+    Rm {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        tenant: TenantArg,
+        /// Remove directories and their contents.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+        /// File, link or (with -r) directory inside the tenant's namespace.
+        #[arg(value_name = "GUEST_PATH")]
+        path: String,
     },
     /// Check every invariant of the store and print the report.
     Fsck {
@@ -300,7 +318,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             path,
         } => {
             let store = store.mount_to_read()?;
-            let root = existing_tenant(&store, &tenant.tenant)?;
+            let (_, root) = existing_tenant(&store, &tenant.tenant)?;
             ls(&store, root, &path, recursive, out).with_context(|| format!("ls {path}"))?;
         }
         FsCommand::Zones { store } => {
@@ -313,7 +331,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             path,
         } => {
             let store = store.mount_to_read()?;
-            let root = existing_tenant(&store, &tenant.tenant)?;
+            let (_, root) = existing_tenant(&store, &tenant.tenant)?;
             cat(&store, root, &path, out).with_context(|| format!("cat {path}"))?;
         }
         FsCommand::Import {
@@ -347,10 +365,29 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             host,
         } => {
             let store = store.mount_to_read()?;
-            let root = existing_tenant(&store, &tenant.tenant)?;
+            let (_, root) = existing_tenant(&store, &tenant.tenant)?;
             let copied = export(&store, root, &guest, &host)
                 .with_context(|| format!("export {guest} {}", host.display()))?;
             writeln!(out, "exported {copied}")?;
+        }
+        FsCommand::Rm {
+            store,
+            tenant,
+            recursive,
+            path,
+        } => {
+            let store = store.mount()?;
+            let (id, root) = existing_tenant(&store, &tenant.tenant)?;
+            let before = store.tenant_bytes(id)?;
+            let removed =
+                rm(&store, root, &path, recursive).with_context(|| format!("rm {path}"))?;
+            let after = store.tenant_bytes(id)?;
+            store.unmount().context("syncing the store")?;
+            writeln!(
+                out,
+                "removed {removed}; tenant {} holds {after} bytes (was {before})",
+                tenant.tenant
+            )?;
         }
         FsCommand::Fsck { store, deep } => {
             let store = store.mount_to_check()?;
@@ -396,13 +433,13 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
     Ok(0)
 }
 
-/// The root of an existing tenant (inspecting must not create one).
-fn existing_tenant(store: &Store, name: &str) -> Result<Ino> {
+/// The id and root of an existing tenant (inspecting must not create one).
+fn existing_tenant(store: &Store, name: &str) -> Result<(TenantId, Ino)> {
     store
         .tenants()
         .into_iter()
         .find(|(_, n, _)| n == name)
-        .map(|(_, _, root)| root)
+        .map(|(id, _, root)| (id, root))
         .with_context(|| format!("no tenant {name:?} in this store"))
 }
 
@@ -809,4 +846,67 @@ fn export_file(
     copied.files += 1;
     copied.bytes += offset;
     Ok(())
+}
+
+/// What an `rm` removed.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    pub files: u64,
+    pub links: u64,
+    pub dirs: u64,
+}
+
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} files, {} links, {} directories",
+            self.files, self.links, self.dirs
+        )
+    }
+}
+
+/// Removes `path` (relative to `root`): a file or link, or with `recursive` a directory and
+/// everything below it. A link is removed, never followed; the root itself stays.
+pub fn rm(store: &Store, root: Ino, path: &str, recursive: bool) -> Result<Removed> {
+    let rel = relative(path);
+    let ino = store.lookup_at(root, rel, false)?;
+    let mut removed = Removed::default();
+    match store.metadata(ino)?.kind {
+        FileKind::Dir if !recursive => bail!("is a directory (rm -r removes it)"),
+        FileKind::Dir => {
+            empty_dir(store, ino, &mut removed)?;
+            if rel != "." {
+                store.remove_dir(root, rel)?;
+                removed.dirs += 1;
+            }
+        }
+        kind => {
+            store.unlink(root, rel)?;
+            count(kind, &mut removed);
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes everything below `dir`, depth first.
+fn empty_dir(store: &Store, dir: Ino, removed: &mut Removed) -> Result<()> {
+    for e in store.read_dir(dir)? {
+        if e.kind == FileKind::Dir {
+            empty_dir(store, e.ino, removed)?;
+            store.remove_dir(dir, &e.name)?;
+            removed.dirs += 1;
+        } else {
+            store.unlink(dir, &e.name)?;
+            count(e.kind, removed);
+        }
+    }
+    Ok(())
+}
+
+fn count(kind: FileKind, removed: &mut Removed) {
+    match kind {
+        FileKind::Symlink => removed.links += 1,
+        _ => removed.files += 1,
+    }
 }

@@ -496,3 +496,63 @@ fn no_store_is_created_where_none_exists() {
         .unwrap();
     assert_error(&out, "no store on the drive at");
 }
+
+/// `fs rm`: a file, a link (not what it points at), a directory only with -r, and `/` with
+/// -r empties the tenant; its bytes and names go, the other tenant keeps its own, and the
+/// store stays clean.
+#[test]
+fn rm_frees_a_tenants_files_without_running_a_guest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
+    new_store(&dev);
+    make_tree(&src);
+    std::os::unix::fs::symlink("top.txt", src.join("link")).unwrap();
+    let src_arg = src.to_str().unwrap();
+    assert_ok(&fs(&dev, &["import", src_arg, "/"]));
+    assert_ok(&fs(&dev, &["import", "--tenant", "b", src_arg, "/"]));
+    let tenant_a = |dev: &Path| {
+        let out = fs(dev, &["tenants"]);
+        assert_ok(&out);
+        stdout(&out).lines().next().unwrap().to_string()
+    };
+    let full = tenant_a(&dev);
+
+    let out = fs(&dev, &["rm", "/link"]);
+    assert_ok(&out);
+    assert!(stdout(&out).starts_with("removed 0 files, 1 links, 0 directories"));
+    let out = fs(&dev, &["rm", "/big.bin"]);
+    assert_ok(&out);
+    let said = stdout(&out);
+    let number = |after: &str| -> u64 {
+        let at = said.find(after).unwrap() + after.len();
+        let digits: String = said[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    assert_eq!(number("(was ") - number("holds "), 1_500_000, "{said}");
+    assert_error(&fs(&dev, &["rm", "/a"]), "rm /a: is a directory");
+    assert_error(&fs(&dev, &["rm", "/nothing"]), "rm /nothing");
+    let out = fs(&dev, &["rm", "-r", "/a/b"]);
+    assert_ok(&out);
+    assert!(stdout(&out).starts_with("removed 2 files, 0 links, 2 directories"));
+    let out = fs(&dev, &["ls", "-R"]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "-           16 CURRENT\nd            0 a\n-            0 empty.bin\n-           13 top.txt\n\
+         d            0 a/empty_dir\n-         8192 a/zero.bin\n"
+    );
+    let out = fs(&dev, &["rm", "-r", "/"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("holds 0 bytes"), "{}", stdout(&out));
+    assert_eq!(tenant_a(&dev), "   0  default  0 names  0 bytes");
+    assert_ne!(full, tenant_a(&dev));
+    let out = fs(&dev, &["ls", "-R", "--tenant", "b"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("a/b/c/deep.bin"), "{}", stdout(&out));
+    let out = fs(&dev, &["fsck"]);
+    assert_ok(&out);
+    assert!(stdout(&out).ends_with("fsck: clean\n"));
+}
