@@ -14,8 +14,11 @@ use valet_vfs::device::{
 use valet_vfs::{Store, StoreConfig};
 
 /// How often a writable mount makes what guests wrote and did not sync durable
-/// (`StoreConfig::writeback`): ext4's journal commit interval.
-pub const DEFAULT_WRITEBACK: Duration = Duration::from_secs(5);
+/// (`StoreConfig::writeback`): the age at which the kernel writes dirty data back
+/// (`vm.dirty_expire_centisecs`). Every 5 s (ext4's journal commit) cost a write-heavy
+/// unsynced guest its tail: the cache's sets' P99.99 1.4 ms → 2.4 ms (medians of seven
+/// pairs, 500,000 sets).
+pub const DEFAULT_WRITEBACK: Duration = Duration::from_secs(30);
 
 /// Where the store lives and how to create it.
 #[derive(Clone, Debug)]

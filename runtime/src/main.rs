@@ -220,9 +220,9 @@ struct DeviceArgs {
 
     /// Make what the guests wrote and did not sync durable this often (`500ms`, `5s`,
     /// `1m`), so that a crash of valet-run (SIGKILL, the OOM killer) or of the host loses
-    /// at most about that much, as ext4's 5 s journal commit bounds it for native programs;
-    /// `off`: only their syncs, closes and the exit do.
-    #[arg(long, default_value = "5s", value_name = "DURATION|off", value_parser = parse_writeback)]
+    /// at most about that much, as the kernel's writeback (dirty data written after 30 s)
+    /// bounds it for native programs; `off`: only their syncs, closes and the exit do.
+    #[arg(long, default_value = "30s", value_name = "DURATION|off", value_parser = parse_writeback)]
     writeback: Writeback,
 }
 

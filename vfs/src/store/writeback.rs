@@ -1,13 +1,13 @@
 //! Periodic writeback: what guests wrote and never synced reaches the device within
-//! [`StoreConfig::writeback`] (5 s under `valet-run`), as the kernel's flusher and ext4's
-//! journal commit (every 5 s by default) bound what a native program loses.
+//! [`StoreConfig::writeback`] (30 s under `valet-run`), as the kernel's flusher (dirty data
+//! older than 30 s by default) bounds what a native program loses when the host crashes.
 //!
 //! Without it, unsynced data lived only in the store's buffers and pending metadata until
 //! a sync, a close or the unmount: a process killed by SIGKILL or the OOM killer, or a
 //! power cut, lost everything a guest had written since its last sync, however long ago,
 //! files created included. A program that never syncs (a cache, a log written with
 //! `sync=false`) could lose hours. With it, such a crash loses at most the last interval
-//! or so, like a crash of the host under ext4.
+//! or so, like a crash of the host under Linux.
 //!
 //! Each round, the thread takes every open file with bytes no sync covered and syncs it
 //! as an fsync would (small tails go inline in the journal, larger ones to their zones),
