@@ -66,6 +66,19 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Every file of `files` (name, length; file `i` holds `pattern(i, length)`) reads back
+/// whole from the store's first tenant, and fsck is clean.
+fn assert_files_read_back(store: &Store, files: &[(&str, usize)]) {
+    let (_, _, root) = store.tenants().into_iter().next().unwrap();
+    for (i, (name, len)) in files.iter().enumerate() {
+        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
+        let mut buf = vec![0; len + 1];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
+        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
+    }
+    assert!(store.fsck().unwrap().is_clean());
+}
+
 #[test]
 #[ignore = "needs VALET_ZONEFS_MOUNT; run by tests/tests/vm_zns.rs"]
 fn zonefs_geometry_comes_from_the_kernel() {
@@ -229,18 +242,8 @@ fn store_on_zonefs_remounts_with_every_byte() {
     }
     check_zone_map(&store, &dev);
     drop((store, dev));
-    let read_back = |store: &Store| {
-        let (_, _, root) = store.tenants().into_iter().next().unwrap();
-        for (i, (name, len)) in files.iter().enumerate() {
-            let f = store.open_file(root, name, OpenOptions::read()).unwrap();
-            let mut buf = vec![0; len + 1];
-            assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
-            assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
-        }
-        assert!(store.fsck().unwrap().is_clean());
-    };
     let (dev, store) = open(false);
-    read_back(&store);
+    assert_files_read_back(&store, &files);
     check_zone_map(&store, &dev);
     let in_use = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default());
     assert!(in_use.is_err(), "a second writer opened the mount");
@@ -248,7 +251,7 @@ fn store_on_zonefs_remounts_with_every_byte() {
     drop((store, dev));
 
     let (reader, store) = open(true);
-    read_back(&store);
+    assert_files_read_back(&store, &files);
     let (_other, _) = open(true);
     let in_use = ZonefsDevice::open(zonefs_mount(), ZonefsOptions::default());
     assert!(in_use.is_err(), "a writer opened the mount beside a reader");
@@ -528,14 +531,7 @@ fn store_on_fdp_separates_streams_and_remounts() {
     drop(dev);
     let dev = Arc::new(FdpDevice::open(fdp_device(), FdpOptions::default()).unwrap());
     let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config.clone()).unwrap();
-    let (_, root) = store.tenant("db").unwrap();
-    for (i, (name, len)) in files.iter().enumerate() {
-        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
-        let mut buf = vec![0; len + 1];
-        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
-        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
-    }
-    assert!(store.fsck().unwrap().is_clean());
+    assert_files_read_back(&store, &files);
     // After the remount the device was told the owners again.
     for (zone, _, stream) in store.zone_owners() {
         assert!(pid_of_stream[&stream].contains(&dev.zone_placement(zone).unwrap()));
@@ -560,13 +556,7 @@ fn store_on_fdp_separates_streams_and_remounts() {
         ..config
     };
     let store = Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap();
-    let (_, _, root) = store.tenants().into_iter().next().unwrap();
-    for (i, (name, len)) in files.iter().enumerate() {
-        let f = store.open_file(root, name, OpenOptions::read()).unwrap();
-        let mut buf = vec![0; len + 1];
-        assert_eq!(f.read_at(&mut buf, 0).unwrap(), *len, "{name}");
-        assert!(buf[..*len] == pattern(i as u32, *len)[..], "{name} differs");
-    }
+    assert_files_read_back(&store, &files);
     for (zone, _, stream) in store.zone_owners() {
         assert!(pid_of_stream[&stream].contains(&dev.zone_placement(zone).unwrap()));
     }
