@@ -14,6 +14,32 @@ use valet_runtime::device::DeviceSpec;
 use valet_vfs::device::Geometry;
 use valet_vfs::OpenOptions;
 
+/// `valet-run` on a small device at `dev`, its stdio piped.
+fn valet_run(dev: &std::path::Path) -> Command {
+    let mut run = Command::new(env!("CARGO_BIN_EXE_valet-run"));
+    run.arg("--device")
+        .arg(dev)
+        .args(["--zone-size", "16", "--zones", "24"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    run
+}
+
+/// Starts `run` and waits until `guests` guests have said they have written.
+fn started(mut run: Command, guests: usize) -> std::process::Child {
+    let mut child = run.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..guests {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "written\n", "a guest did not get to write");
+    }
+    // The pipe stays open: a guest writing to it later must not meet a closed one.
+    child.stdout = Some(stdout.into_inner());
+    child
+}
+
 /// Runs the guest in `mode`, sends `signal` once it has written, and checks how
 /// `valet-run` ended and what the store holds.
 fn stopped_by(signal: i32, mode: &str) {
@@ -24,22 +50,11 @@ fn stopped_by(signal: i32, mode: &str) {
 /// and the signal.
 fn stopped_after(signal: i32, mode: &str, options: &[&str], pause: Duration) {
     let dev = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-        .arg("--device")
-        .arg(dev.path())
-        .args(["--zone-size", "16", "--zones", "24"])
-        .args(options)
+    let mut run = valet_run(dev.path());
+    run.args(options)
         .arg(valet_guests::WRITE_THEN_WAIT)
-        .args(["--", "/data", mode])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line, "written\n", "the guest did not get to write");
+        .args(["--", "/data", mode]);
+    let child = started(run, 1);
     std::thread::sleep(pause);
     // SAFETY: a plain kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
@@ -124,22 +139,9 @@ fn sigterm_stops_every_tenant_and_keeps_what_each_wrote() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_valet-run"))
-        .arg("--device")
-        .arg(dev.path().join("store"))
-        .args(["--zone-size", "16", "--zones", "24", "--tenants"])
-        .arg(&tenants)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    for _ in 0..2 {
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line, "written\n", "a tenant did not get to write");
-    }
+    let mut run = valet_run(&dev.path().join("store"));
+    run.arg("--tenants").arg(&tenants);
+    let child = started(run, 2);
     // Let the appender get well into its records.
     std::thread::sleep(Duration::from_millis(200));
     // SAFETY: a plain kill(2) of our own child.
