@@ -18,13 +18,14 @@ pub fn summary(stats: &Stats) -> String {
         stats.waf_with_meta
     ));
     out.push_str(&format!(
-        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs ({} by writeback), {} live, {} conventional\n",
+        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs ({} writeback rounds, {:.1} ms), {} live, {} conventional\n",
         stats.free_zones,
         stats.zones,
         stats.zone_resets,
         stats.zone_finishes,
         stats.device_syncs,
         stats.writebacks,
+        stats.writeback_ns as f64 / 1e6,
         mib(stats.live_bytes),
         mib(stats.conventional_bytes)
     ));

@@ -117,6 +117,9 @@ pub struct Stats {
     /// `StoreConfig::writeback`).
     #[serde(default)]
     pub writebacks: u64,
+    /// Time those rounds took, from their first sync to their commit's end.
+    #[serde(default)]
+    pub writeback_ns: u64,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

@@ -351,8 +351,9 @@ struct Counters {
     last_defrag_failure: Option<String>,
     /// Allocations that waited their whole PATIENCE for work in flight.
     allocation_stalls: u64,
-    /// Rounds of the periodic writeback that found something unsynced.
+    /// Rounds of the periodic writeback that found something unsynced, and their time.
     writebacks: u64,
+    writeback_ns: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1704,6 +1705,7 @@ impl Inner {
             last_defrag_failure: self.counters.last_defrag_failure.clone(),
             allocation_stalls: self.counters.allocation_stalls,
             writebacks: self.counters.writebacks,
+            writeback_ns: self.counters.writeback_ns,
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,

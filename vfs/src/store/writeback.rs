@@ -98,6 +98,7 @@ impl Store {
         if dirty.is_empty() && durable {
             return Ok(());
         }
+        let started = Instant::now();
         for ino in dirty {
             match self.sync_file(ino) {
                 // Closed and settled, or removed, since the list was taken.
@@ -106,7 +107,9 @@ impl Store {
             }
         }
         self.commit_for(Asker::Store)?;
-        self.lock()?.counters.writebacks += 1;
+        let mut inner = self.lock()?;
+        inner.counters.writebacks += 1;
+        inner.counters.writeback_ns += started.elapsed().as_nanos() as u64;
         Ok(())
     }
 }
