@@ -12,7 +12,9 @@
 //! the guest for the whole write (about 0.2 ms for 512 KiB; see the README's tails).
 
 use std::io;
+use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Nice value of the store's threads (guests run at the process's own, usually 0).
 const BACKGROUND_NICE: i32 = 10;
@@ -34,6 +36,39 @@ where
             lower_this_thread();
             f()
         })
+}
+
+/// Waits on `wake` for `time` unless `stopping(state)` turns true first: true once the time
+/// has passed, false when the thread must stop (a store thread's rest between rounds).
+pub(crate) fn rest<T>(
+    state: &Mutex<T>,
+    wake: &Condvar,
+    time: Duration,
+    stopping: impl Fn(&T) -> bool,
+) -> bool {
+    let deadline = Instant::now() + time;
+    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    while !stopping(&guard) {
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        guard = wake
+            .wait_timeout(guard, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    false
+}
+
+/// Waits for a store thread that was told to stop, unless the caller is that thread.
+pub(crate) fn join(thread: &Mutex<Option<JoinHandle<()>>>) {
+    let thread = thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(thread) = thread {
+        if thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Lowers the calling thread's priority (a Linux thread has its own nice value). Best

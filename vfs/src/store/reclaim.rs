@@ -95,12 +95,7 @@ impl Reclaimer {
     pub fn stop(&self) {
         self.signal.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         self.wake.notify_one();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
-        }
+        crate::background::join(&self.thread);
     }
 
     /// Waits for a wake-up: what it asks for (resets are always done), or None once the
@@ -122,20 +117,7 @@ impl Reclaimer {
 
     /// Rests for `time` unless the store stops meanwhile; false once it is stopping.
     fn rest(&self, time: Duration) -> bool {
-        let deadline = Instant::now() + time;
-        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
-        while !signal.stop {
-            let now = Instant::now();
-            if now >= deadline {
-                return true;
-            }
-            signal = self
-                .wake
-                .wait_timeout(signal, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        false
+        crate::background::rest(&self.signal, &self.wake, time, |s| s.stop)
     }
 }
 

@@ -45,30 +45,12 @@ impl Writeback {
     pub fn stop(&self) {
         *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.wake.notify_one();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
-        }
+        crate::background::join(&self.thread);
     }
 
     /// Waits `time` unless the store stops meanwhile; false once it is stopping.
     fn rest(&self, time: Duration) -> bool {
-        let deadline = Instant::now() + time;
-        let mut stop = self.stop.lock().unwrap_or_else(|p| p.into_inner());
-        while !*stop {
-            let now = Instant::now();
-            if now >= deadline {
-                return true;
-            }
-            stop = self
-                .wake
-                .wait_timeout(stop, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        false
+        crate::background::rest(&self.stop, &self.wake, time, |stop| *stop)
     }
 }
 
