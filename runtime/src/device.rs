@@ -66,12 +66,12 @@ impl DeviceSpec {
 
     /// Opens (creating on first use) the device.
     pub fn open_device(&self) -> Result<Arc<dyn ZonedDevice>> {
-        self.open_device_as(false)
+        self.open_device_as(false, false)
     }
 
-    /// Opens the device; `read_only` opens an existing store's device for reading only
-    /// (nothing is written to it, and a blank FDP namespace is refused, not formatted).
-    fn open_device_as(&self, read_only: bool) -> Result<Arc<dyn ZonedDevice>> {
+    /// Opens the device; `existing` refuses a blank FDP namespace instead of formatting it,
+    /// and `read_only` (which implies it) opens it for reading only: nothing is written.
+    fn open_device_as(&self, read_only: bool, existing: bool) -> Result<Arc<dyn ZonedDevice>> {
         if let Some(root) = &self.zonefs {
             let options = ZonefsOptions {
                 zone_capacity: self.zonefs_capacity,
@@ -85,6 +85,7 @@ impl DeviceSpec {
         if let Some(node) = &self.fdp {
             let options = FdpOptions {
                 read_only,
+                existing,
                 ..Default::default()
             };
             let dev = match FdpDevice::open(node, options) {
@@ -144,7 +145,7 @@ impl DeviceSpec {
         if self.zonefs.is_none() && self.fdp.is_none() && !self.image_path().exists() {
             bail!("no store at {}", Path::new(&self.dir).display());
         }
-        let device = self.open_device_as(read_only)?;
+        let device = self.open_device_as(read_only, true)?;
         if let Some(root) = self.zonefs.as_ref().or(self.fdp.as_ref()) {
             if device.report_zones().iter().all(|z| z.write_pointer == 0) {
                 bail!("no store on the drive at {}", root.display());

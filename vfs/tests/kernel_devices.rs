@@ -569,7 +569,8 @@ fn store_on_fdp_separates_streams_and_remounts() {
     );
 }
 
-/// A read-only open of a blank namespace says so and formats nothing.
+/// A read-only open of a blank namespace, and a writable one that must find a store
+/// (`existing`), say so and format nothing.
 #[test]
 #[ignore = "needs VALET_FDP_DEVICE; run by tests/tests/vm_fdp.rs"]
 fn fdp_read_only_open_of_a_blank_namespace_formats_nothing() {
@@ -591,14 +592,20 @@ fn fdp_read_only_open_of_a_blank_namespace_formats_nothing() {
         read_only: true,
         ..FdpOptions::default()
     };
-    assert!(matches!(
-        FdpDevice::open(fdp_device(), read_only),
-        Err(DeviceError::Blank)
-    ));
+    let existing = FdpOptions {
+        existing: true,
+        ..FdpOptions::default()
+    };
+    for options in [read_only, existing] {
+        assert!(matches!(
+            FdpDevice::open(fdp_device(), options),
+            Err(DeviceError::Blank)
+        ));
+    }
     assert_eq!(
         host_bytes_written(),
         hbmw,
-        "a read-only open wrote to the drive"
+        "an open of a blank namespace wrote to the drive"
     );
     let mut header = AlignedBlock::new(&[1; 4096]);
     let at = header.start;

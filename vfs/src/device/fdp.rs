@@ -74,10 +74,13 @@ pub struct FdpOptions {
     /// Keep a log of every write and deallocation (LBA, blocks, placement identifier) for the
     /// SSD model to replay ([`FdpDevice::take_write_log`]).
     pub record_writes: bool,
+    /// Refuse a blank namespace with [`DeviceError::Blank`] instead of formatting it: for
+    /// tools that must find a store there (`read_only` implies it).
+    pub existing: bool,
     /// Open for reading only (tools that inspect a store): nothing is ever written to the
-    /// namespace (not even the zone table at close), a blank one is refused with
-    /// [`DeviceError::Blank`] instead of formatted, and the namespace is locked shared, so
-    /// inspections may run side by side but never beside a store that writes to it.
+    /// namespace (not even the zone table at close), a blank one is refused as with
+    /// `existing`, and the namespace is locked shared, so inspections may run side by side
+    /// but never beside a store that writes to it.
     pub read_only: bool,
 }
 
@@ -233,11 +236,11 @@ impl FdpDevice {
             .map_err(|e| fail(format!("cannot read the header: {e}")))?;
         let blank = header.as_slice().iter().all(|&b| b == 0);
         let ours = &header.as_slice()[..8] == MAGIC;
+        if blank && (read_only || options.existing) {
+            return Err(DeviceError::Blank);
+        }
         if read_only && !ours {
-            return Err(match blank {
-                true => DeviceError::Blank,
-                false => fail("holds data that is not a Valet FDP layout".into()),
-            });
+            return Err(fail("holds data that is not a Valet FDP layout".into()));
         }
         let (geometry, layout, state, formatted_bytes) = if ours && !options.format {
             let (geometry, layout) = decode_header(header.as_slice(), bs, size).map_err(fail)?;
