@@ -369,7 +369,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             let mut list = tenants::load(file)?;
             for t in &mut list {
                 t.max_threads = t.max_threads.or(cli.max_threads);
-                t.quota_limit = t.quota_limit.or(cli.quota);
+                t.quota = t.quota.or(cli.quota);
             }
             list
         }

@@ -72,13 +72,18 @@ pub struct TenantConfig {
     /// without one takes `valet-run --max-threads`, if given.
     #[serde(default)]
     pub max_threads: Option<u32>,
-    /// The most bytes the tenant's files may hold ([`crate::quota`]), as `--quota` takes
-    /// it; read into `quota_limit` by [`load`].
-    #[serde(default)]
-    pub quota: Option<String>,
-    /// `quota` in bytes; a tenant without one takes `valet-run --quota`, if given.
-    #[serde(skip)]
-    pub quota_limit: Option<u64>,
+    /// The most bytes the tenant's files may hold ([`crate::quota`]), written as `--quota`
+    /// takes it; a tenant without one takes `valet-run --quota`, if given.
+    #[serde(default, deserialize_with = "size")]
+    pub quota: Option<u64>,
+}
+
+/// A size as `--quota` takes it (`512M`).
+fn size<'de, D: serde::Deserializer<'de>>(de: D) -> std::result::Result<Option<u64>, D::Error> {
+    let text = String::deserialize(de)?;
+    parse_size(&text)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("quota {text:?}: {e}")))
 }
 
 impl TenantConfig {
@@ -113,12 +118,6 @@ pub fn load(path: &Path) -> Result<Vec<TenantConfig>> {
                 path.display(),
                 t.name
             );
-        }
-        if let Some(quota) = &t.quota {
-            let limit = parse_size(quota).with_context(|| {
-                format!("{}: tenant {:?}: quota {quota:?}", path.display(), t.name)
-            })?;
-            t.quota_limit = Some(limit);
         }
         if t.app.is_relative() {
             t.app = base.join(&t.app);
@@ -210,7 +209,7 @@ pub fn run(
         let (tenant, root) = store
             .tenant(&t.name)
             .with_context(|| format!("tenant {}", t.name))?;
-        let space_limit = t.quota_limit.map(|limit| -> Arc<dyn SpaceLimit> {
+        let space_limit = t.quota.map(|limit| -> Arc<dyn SpaceLimit> {
             Arc::new(Quota::new(store.clone(), tenant, limit))
         });
         let program = t

@@ -219,7 +219,7 @@ fn bad_tenant_files_are_one_line_errors() {
         ),
         (
             &*format!("[[tenant]]\nname = \"x\"\napp = {app:?}\nquota = \"12X\"\n"),
-            "tenant \"x\": quota \"12X\": unknown unit",
+            "line 4, column 9 | 4 | quota = \"12X\" | ^^^^^ quota \"12X\": unknown unit",
         ),
     ];
     for (i, (text, what)) in cases.iter().enumerate() {
