@@ -6,8 +6,9 @@
 //! valet-run fs import  [--device PATH] [--tenant T] [--zone-size MIB] [--zones N] [--max-open N] HOST_DIR GUEST_PATH
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
 //! valet-run fs rm      [--device PATH] [--tenant T] [-r] GUEST_PATH
+//! valet-run fs rm      --admin ADDR [--token-file F] [--tenant T] [-r] [--force] GUEST_PATH
 //! valet-run fs fsck    [--device PATH] [--deep]
-//! valet-run fs tenants [--device PATH]
+//! valet-run fs tenants [--device PATH] [--admin ADDR [--token-file F]]
 //! valet-run fs zones   [--device PATH]
 //! ```
 //!
@@ -34,6 +35,9 @@
 //! metadata a writable mount would refuse; `ls`, `cat`, `export` and `tenants` refuse such
 //! a store. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
 //! cannot check at all, like every other failure of ours.
+//!
+//! While a `valet-run` or node agent has the store, `rm` and `tenants` with `--admin ADDR`
+//! ask it through its admin API instead of mounting the store ([`crate::remove`]).
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -43,9 +47,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use valet_vfs::device::{Geometry, IoMode};
-use valet_vfs::{FileKind, Ino, OpenOptions, Store, TenantId};
+use valet_vfs::{FileKind, Ino, OpenOptions, Store};
 
+use crate::admin::{client, AdminAddr};
 use crate::device::DeviceSpec;
+use crate::remove::{existing_tenant, relative, remove, Removal, RemoveRequest, TenantUsage};
 
 /// Copy buffer: one store write buffer's worth (the largest extent a flush writes).
 const CHUNK: usize = 512 * 1024;
@@ -108,7 +114,8 @@ pub enum FsCommand {
     /// Remove a file or link of the store, or with -r a directory and everything in it
     /// (`/` empties the tenant's namespace): frees the space of data no guest needs any
     /// more, without running one. Prints what it removed and the bytes the tenant's files
-    /// held before and after.
+    /// held before and after. With --admin, the running valet-run or node agent that has
+    /// the store removes it.
     Rm {
         #[command(flatten)]
         store: StoreArgs,
@@ -117,6 +124,12 @@ pub enum FsCommand {
         /// Remove directories and their contents.
         #[arg(short = 'r', long)]
         recursive: bool,
+        #[command(flatten)]
+        online: OnlineArgs,
+        /// With --admin: remove even while a guest of the tenant runs (its open files stay
+        /// readable to it until it closes them).
+        #[arg(long, requires = "admin")]
+        force: bool,
         /// File, link or (with -r) directory inside the tenant's namespace.
         #[arg(value_name = "GUEST_PATH")]
         path: String,
@@ -132,10 +145,12 @@ pub enum FsCommand {
     },
     /// List the tenants of the store: id, name, the names in its tree (files, directories,
     /// links: what `valet.io/files` bounds) and the bytes its files hold (what
-    /// `valet.io/quota` bounds).
+    /// `valet.io/quota` bounds); with --admin, also the guests of each running now.
     Tenants {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        online: OnlineArgs,
     },
     /// The store's zone map: every zone that is not empty, with its state, write pointer
     /// in bytes, owning `tenant/stream` (`-`: metadata or unowned) and, on FDP, the placement
@@ -211,6 +226,37 @@ impl NewDeviceArgs {
             .validate()
             .context("the requested device geometry")?;
         Ok(geometry)
+    }
+}
+
+/// Where a running valet-run or node agent that has the store serves its admin API.
+#[derive(Args, Debug, Clone)]
+pub struct OnlineArgs {
+    /// Ask the valet-run or node agent serving this admin address (IP:PORT or socket
+    /// path), which has the store, instead of mounting it.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+    /// The admin token file (default: DEVICE/admin.token).
+    #[arg(long, value_name = "FILE", requires = "admin")]
+    token_file: Option<PathBuf>,
+}
+
+impl OnlineArgs {
+    /// One admin API request; the answer's JSON body when it is 200.
+    fn request<T: serde::de::DeserializeOwned>(
+        self,
+        device: PathBuf,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<T> {
+        let addr = AdminAddr::parse(self.admin.as_deref().unwrap_or_default())?;
+        let token = client::read_token(self.token_file, device)?;
+        let (code, answer) = client::request(&addr, &token, method, path, body)?;
+        if code != 200 {
+            return Err(client::api_error(code, &answer));
+        }
+        serde_json::from_slice(&answer).context("the admin API's answer")
     }
 }
 
@@ -374,20 +420,32 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             store,
             tenant,
             recursive,
+            online,
+            force,
             path,
+        } if online.admin.is_some() => {
+            let request = RemoveRequest {
+                path,
+                recursive,
+                force,
+            };
+            let at = format!("/tenants/{}/rm", client::path_segment(&tenant.tenant));
+            let body = serde_json::to_vec(&request)?;
+            let removal: Removal = online.request(store.device, "POST", &at, &body)?;
+            writeln!(out, "{removal}")?;
+        }
+        FsCommand::Rm {
+            store,
+            tenant,
+            recursive,
+            path,
+            ..
         } => {
             let store = store.mount()?;
-            let (id, root) = existing_tenant(&store, &tenant.tenant)?;
-            let before = store.tenant_bytes(id)?;
-            let removed =
-                rm(&store, root, &path, recursive).with_context(|| format!("rm {path}"))?;
-            let after = store.tenant_bytes(id)?;
+            let removal = remove(&store, &tenant.tenant, &path, recursive)
+                .with_context(|| format!("rm {path}"))?;
             store.unmount().context("syncing the store")?;
-            writeln!(
-                out,
-                "removed {removed}; tenant {} holds {after} bytes (was {before})",
-                tenant.tenant
-            )?;
+            writeln!(out, "{removal}")?;
         }
         FsCommand::Fsck { store, deep } => {
             let store = store.mount_to_check()?;
@@ -421,36 +479,21 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             }
             writeln!(out, "fsck: clean")?;
         }
-        FsCommand::Tenants { store } => {
+        FsCommand::Tenants { store, online } if online.admin.is_some() => {
+            let tenants: Vec<TenantUsage> = online.request(store.device, "GET", "/tenants", b"")?;
+            for t in tenants {
+                writeln!(out, "{t}  {} guests running", t.guests)?;
+            }
+        }
+        FsCommand::Tenants { store, .. } => {
             let store = store.mount_to_read()?;
-            for (id, name, _) in store.tenants() {
-                let (names, bytes) = (store.tenant_entries(id)?, store.tenant_bytes(id)?);
-                writeln!(out, "{id:>4}  {name}  {names} names  {bytes} bytes")?;
+            for t in TenantUsage::of_store(&store)? {
+                writeln!(out, "{t}")?;
             }
         }
     }
     out.flush()?;
     Ok(0)
-}
-
-/// The id and root of an existing tenant (inspecting must not create one).
-fn existing_tenant(store: &Store, name: &str) -> Result<(TenantId, Ino)> {
-    store
-        .tenants()
-        .into_iter()
-        .find(|(_, n, _)| n == name)
-        .map(|(id, _, root)| (id, root))
-        .with_context(|| format!("no tenant {name:?} in this store"))
-}
-
-/// A GUEST_PATH as the store resolves it: relative to the tenant's root.
-fn relative(path: &str) -> &str {
-    let rel = path.trim_start_matches('/');
-    if rel.is_empty() {
-        "."
-    } else {
-        rel
-    }
 }
 
 /// What an import or export copied.
@@ -846,67 +889,4 @@ fn export_file(
     copied.files += 1;
     copied.bytes += offset;
     Ok(())
-}
-
-/// What an `rm` removed.
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Removed {
-    pub files: u64,
-    pub links: u64,
-    pub dirs: u64,
-}
-
-impl std::fmt::Display for Removed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} files, {} links, {} directories",
-            self.files, self.links, self.dirs
-        )
-    }
-}
-
-/// Removes `path` (relative to `root`): a file or link, or with `recursive` a directory and
-/// everything below it. A link is removed, never followed; the root itself stays.
-pub fn rm(store: &Store, root: Ino, path: &str, recursive: bool) -> Result<Removed> {
-    let rel = relative(path);
-    let ino = store.lookup_at(root, rel, false)?;
-    let mut removed = Removed::default();
-    match store.metadata(ino)?.kind {
-        FileKind::Dir if !recursive => bail!("is a directory (rm -r removes it)"),
-        FileKind::Dir => {
-            empty_dir(store, ino, &mut removed)?;
-            if rel != "." {
-                store.remove_dir(root, rel)?;
-                removed.dirs += 1;
-            }
-        }
-        kind => {
-            store.unlink(root, rel)?;
-            count(kind, &mut removed);
-        }
-    }
-    Ok(removed)
-}
-
-/// Removes everything below `dir`, depth first.
-fn empty_dir(store: &Store, dir: Ino, removed: &mut Removed) -> Result<()> {
-    for e in store.read_dir(dir)? {
-        if e.kind == FileKind::Dir {
-            empty_dir(store, e.ino, removed)?;
-            store.remove_dir(dir, &e.name)?;
-            removed.dirs += 1;
-        } else {
-            store.unlink(dir, &e.name)?;
-            count(e.kind, removed);
-        }
-    }
-    Ok(())
-}
-
-fn count(kind: FileKind, removed: &mut Removed) {
-    match kind {
-        FileKind::Symlink => removed.links += 1,
-        _ => removed.files += 1,
-    }
 }

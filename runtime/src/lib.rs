@@ -13,6 +13,7 @@ pub mod policy;
 pub mod policy_clock;
 pub mod policy_cmd;
 pub mod quota;
+pub mod remove;
 pub mod stats;
 pub mod tenants;
 pub mod termination;

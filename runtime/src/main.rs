@@ -455,8 +455,9 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             .timeout
             .zip(spec.stop.clone())
             .map(|(limit, stop)| arm_timeout(stop, limit));
+        let running = registry.guest_running(&cli.tenant);
         let exit = host::run(&engine, &module, &spec, &store)?;
-        drop(timer);
+        drop((timer, running));
         // A guest that ended just before the timer fired keeps its own exit.
         let stopped = spec
             .stop

@@ -66,23 +66,6 @@ pub enum PolicyCommand {
     },
 }
 
-fn token(file: Option<PathBuf>, device: PathBuf) -> Result<String> {
-    let path = file.unwrap_or_else(|| device.join("admin.token"));
-    Ok(std::fs::read_to_string(&path)
-        .with_context(|| format!("reading the admin token {}", path.display()))?
-        .trim()
-        .to_string())
-}
-
-/// What an API answer's JSON says went wrong, or its raw text.
-fn api_error(code: u16, body: &[u8]) -> anyhow::Error {
-    let text = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
-    anyhow::anyhow!("admin API answered {code}: {text}")
-}
-
 fn describe(hint: &valet_vfs::Hint) -> String {
     match hint.class {
         Class::Conventional => "conventional".into(),
@@ -179,7 +162,7 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             device,
         } => {
             let addr = AdminAddr::parse(&admin)?;
-            let token = token(token_file, device)?;
+            let token = client::read_token(token_file, device)?;
             let bytes = std::fs::read(&module)
                 .with_context(|| format!("cannot read {}", module.display()))?;
             let name = name.unwrap_or_else(|| {
@@ -191,17 +174,17 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             let (code, body) =
                 client::request(&addr, &token, "PUT", &format!("/policies/{name}"), &bytes)?;
             if code != 201 {
-                return Err(api_error(code, &body));
+                return Err(client::api_error(code, &body));
             }
             let (code, body) = client::request(
                 &addr,
                 &token,
                 "PUT",
-                &format!("/tenants/{tenant}/policy"),
+                &format!("/tenants/{}/policy", client::path_segment(&tenant)),
                 name.as_bytes(),
             )?;
             if code != 200 {
-                return Err(api_error(code, &body));
+                return Err(client::api_error(code, &body));
             }
             println!("policy {name} is now tenant {tenant}'s");
             Ok(0)
@@ -212,10 +195,10 @@ pub fn run(command: PolicyCommand) -> Result<u8> {
             device,
         } => {
             let addr = AdminAddr::parse(&admin)?;
-            let token = token(token_file, device)?;
+            let token = client::read_token(token_file, device)?;
             let (code, body) = client::request(&addr, &token, "GET", "/policies", b"")?;
             if code != 200 {
-                return Err(api_error(code, &body));
+                return Err(client::api_error(code, &body));
             }
             let list: Vec<crate::admin::PolicyInfo> = serde_json::from_slice(&body)?;
             for p in list {

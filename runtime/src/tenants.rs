@@ -177,7 +177,7 @@ fn compile(engines: &mut HashMap<Stopping, Engine>, app: &Path) -> Result<(Engin
 /// compiled without them (see [`host::Stopping`]).
 pub fn run(
     store: &Store,
-    registry: &Registry,
+    registry: &Arc<Registry>,
     tenants: &[TenantConfig],
     stops: &[Arc<Stop>],
 ) -> Result<Vec<TenantExit>> {
@@ -242,7 +242,10 @@ pub fn run(
                 let thread = std::thread::Builder::new()
                     .name(format!("tenant-{name}"))
                     .stack_size(TENANT_STACK)
-                    .spawn_scoped(scope, move || host::run(engine, module, spec, &store))
+                    .spawn_scoped(scope, move || {
+                        let _running = registry.guest_running(name);
+                        host::run(engine, module, spec, &store)
+                    })
                     .with_context(|| format!("tenant {name}: cannot start its thread"));
                 (name.clone(), thread)
             })

@@ -556,3 +556,101 @@ fn rm_frees_a_tenants_files_without_running_a_guest() {
     assert_ok(&out);
     assert!(stdout(&out).ends_with("fsck: clean\n"));
 }
+
+/// `fs rm --admin`: a running `valet-run` removes files of a tenant that has no guest at
+/// once, and its own guest's files only when forced; each removal is durable when the
+/// command returns, and the store is clean after the process is killed.
+#[test]
+fn rm_through_the_admin_api_while_a_guest_runs() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
+    new_store(&dev);
+    make_tree(&src);
+    assert_ok(&fs(
+        &dev,
+        &["import", "--tenant", "gone", src.to_str().unwrap(), "/"],
+    ));
+    let sock = tmp.path().join("admin.sock");
+    let mut guest = valet_run()
+        .arg("--device")
+        .arg(&dev)
+        .arg("--admin")
+        .arg(&sock)
+        .arg(valet_guests::WRITE_THEN_WAIT)
+        .args(["--", "/data", "wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(guest.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "written\n");
+    let sock = sock.to_str().unwrap();
+    let online = |args: &[&str]| {
+        let all: Vec<&str> = ["rm", "--admin", sock]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        fs(&dev, &all)
+    };
+
+    assert_error(&fs(&dev, &["rm", "/top.txt"]), "in use by another process");
+    let out = fs(&dev, &["tenants", "--admin", sock]);
+    assert_ok(&out);
+    let listing = stdout(&out);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 2, "{listing}");
+    assert!(lines[0].starts_with("   0  default  "), "{listing}");
+    assert!(lines[0].ends_with("  1 guests running"), "{listing}");
+    assert!(
+        lines[1].ends_with("  gone  11 names  1582318 bytes  0 guests running"),
+        "{listing}"
+    );
+    let out = online(&["--tenant", "gone", "-r", "/a"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).starts_with("removed 3 files, 0 links, 4 directories; tenant gone holds 1500029 bytes (was 1582318)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_error(
+        &online(&["--tenant", "gone", "/a"]),
+        "admin API answered 404: rm /a: no such file",
+    );
+    assert_error(
+        &online(&["--tenant", "nobody", "/"]),
+        "no tenant \"nobody\"",
+    );
+    let out = online(&["--tenant", "gone", "-r", "/"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("tenant gone holds 0 bytes"));
+
+    assert_error(
+        &online(&["/unsynced-0.dat"]),
+        "admin API answered 409: tenant \"default\" has 1 guest(s) running",
+    );
+    let out = online(&["--force", "/unsynced-0.dat"]);
+    assert_ok(&out);
+    assert!(stdout(&out).starts_with("removed 1 files"));
+
+    // What the API answered is durable: a SIGKILL right after loses none of it.
+    guest.kill().unwrap();
+    guest.wait().unwrap();
+    let out = fs(&dev, &["ls"]);
+    assert_ok(&out);
+    let listing = stdout(&out);
+    assert!(!listing.contains("unsynced-0.dat"), "{listing}");
+    let out = fs(&dev, &["ls", "-R", "--tenant", "gone"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "");
+    let out = fs(&dev, &["fsck"]);
+    assert_ok(&out);
+    assert!(stdout(&out).ends_with("fsck: clean\n"));
+}

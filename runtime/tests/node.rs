@@ -12,9 +12,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use valet_runtime::admin::{client, AdminAddr};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
 use valet_runtime::node::{self, NodeConfig};
+use valet_runtime::remove::Removal;
 use valet_vfs::device::{Geometry, IoMode};
 
 const RECORD: usize = 430;
@@ -61,6 +63,11 @@ fn wait_for_agent(socket: &std::path::Path) {
 
 /// An agent serving in this process on a fresh store of `zones` zones of 12 MiB.
 fn start_agent(zones: u32) -> Fixture {
+    start_agent_with(zones, None)
+}
+
+/// [`start_agent`], serving the admin API on `admin` too.
+fn start_agent_with(zones: u32, admin: Option<String>) -> Fixture {
     {
         let f = new_fixture();
         let mut geometry = Geometry::EMBEDDED_DEFAULT;
@@ -78,7 +85,7 @@ fn start_agent(zones: u32) -> Fixture {
                 writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
             },
             socket: f.socket.clone(),
-            admin: None,
+            admin,
         };
         std::thread::spawn(move || node::serve(config).expect("the agent"));
         wait_for_agent(&f.socket);
@@ -585,4 +592,54 @@ fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
             .unwrap();
         assert_eq!(log.metadata().unwrap().size, 5 * RECORD as u64, "{name}");
     }
+}
+
+/// The admin API removes a tenant's files only while none of its pods runs; a pod counts
+/// from its create (which makes its store directories) to its guest's end. The tenant's
+/// next pod starts afresh.
+#[test]
+fn the_admin_api_removes_a_tenants_files_only_between_its_pods() {
+    let sock_dir = tempfile::tempdir().unwrap();
+    let admin = sock_dir.path().join("admin.sock");
+    let f = start_agent_with(16, Some(admin.to_str().unwrap().to_string()));
+    let token = std::fs::read_to_string(f._dir.path().join("store/admin.token")).unwrap();
+    let addr = AdminAddr::Unix(admin);
+    let rm = |tenant: &str| {
+        let body = br#"{"path": "/", "recursive": true}"#;
+        let path = format!("/tenants/{tenant}/rm");
+        let (code, body) = client::request(&addr, &token, "POST", &path, body).unwrap();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (p, c) = create_on(
+        &f,
+        "r1",
+        &[("valet.io/tenant", "nr")],
+        &["w", "/data", "20", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    let (code, body) = rm("nr");
+    assert_eq!(code, 409, "a created pod counts: {body}");
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert_eq!(acked(&out), 20, "{out}");
+
+    let (code, body) = rm("nr");
+    assert_eq!(code, 200, "{body}");
+    let removal: Removal = serde_json::from_str(&body).unwrap();
+    assert_eq!((removal.files, removal.dirs), (1, 1), "{removal}");
+    assert_eq!(removal.bytes_before, 20 * 430, "{removal}");
+    assert_eq!(removal.bytes_after, 0, "{removal}");
+    assert_eq!(rm("nobody").0, 404);
+
+    let (p, _) = create_on(
+        &f,
+        "r2",
+        &[("valet.io/tenant", "nr")],
+        &["w", "/data", "3", "430"],
+    );
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert_eq!(acked(&out), 3, "only the new pod's records: {out}");
 }

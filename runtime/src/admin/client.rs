@@ -1,4 +1,4 @@
-//! The admin API's client, for `valet-run policy push|list`: a small HTTP/1.1 client, one
+//! The admin API's client, for `valet-run policy push|list` and `fs rm --admin`: a small HTTP/1.1 client, one
 //! request per connection, over TCP or a Unix socket.
 //!
 //! Why not hyper's client (already in the tree through axum): an upload the server refuses
@@ -11,11 +11,43 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use super::AdminAddr;
+
+/// The admin token from `file`, or from `DEVICE/admin.token` where the server wrote it.
+pub fn read_token(file: Option<PathBuf>, device: PathBuf) -> Result<String> {
+    let path = file.unwrap_or_else(|| device.join("admin.token"));
+    Ok(std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the admin token {}", path.display()))?
+        .trim()
+        .to_string())
+}
+
+/// What an answer's JSON says went wrong, or its raw text.
+pub fn api_error(code: u16, body: &[u8]) -> anyhow::Error {
+    let text = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    anyhow::anyhow!("admin API answered {code}: {text}")
+}
+
+/// `s` as one segment of a request path: every byte but letters, digits and `-._~`
+/// percent-encoded (a tenant named `a/b` or `a b` is still one segment).
+pub fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
 
 /// Sends one request; returns the status code and body.
 pub fn request(

@@ -1,5 +1,6 @@
 //! Policies while the application runs: the registry of loaded policies, and the admin API
-//! (`valet-run --admin ADDR`) that uploads, activates and lists them and reads the stats.
+//! (`valet-run --admin ADDR`) that uploads, activates and lists them, reads the stats and
+//! removes a tenant's files.
 //!
 //! The API is HTTP on a loopback TCP address or a Unix socket. Every request must carry
 //! `Authorization: Bearer TOKEN`, where TOKEN is written at start to a file that only the
@@ -9,7 +10,9 @@
 //! | --- | --- |
 //! | `PUT /policies/NAME` (body: module bytes) | validate, then load as NAME (201, or 400 with the reason) |
 //! | `PUT /tenants/TENANT/policy` (body: policy name) | make it TENANT's policy, atomically (200) |
+//! | `POST /tenants/TENANT/rm` (body: `{"path": "/db", "recursive": true, "force": false}`) | remove files of TENANT and sync (200 with what was removed; 409 while a guest of TENANT runs, unless forced; 404 for a tenant or path not there) |
 //! | `GET /policies` | loaded policies: name, sha256, tenants using it |
+//! | `GET /tenants` | every tenant: id, name, names and bytes its files hold, guests running |
 //! | `GET /stats` | the store's accounting (JSON) |
 //!
 //! A swap affects files opened after it; files already open keep the placement they were
@@ -23,5 +26,5 @@ pub mod client;
 pub mod registry;
 pub mod server;
 
-pub use registry::{PolicyInfo, Registry};
+pub use registry::{PolicyInfo, Registry, RunningGuest};
 pub use server::{start, write_token, AdminAddr, AdminServer};

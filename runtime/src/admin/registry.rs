@@ -1,6 +1,8 @@
 //! The registry of loaded policies: which modules are loaded, which tenant uses which, and
 //! the trace recorder their calls feed. The admin server and `valet-run` itself change it;
-//! the store asks the placement it hands out.
+//! the store asks the placement it hands out. It also counts the guests running per tenant
+//! (`valet-run`'s, its tenants', the node agent's pods), so that the admin API removes a
+//! tenant's files only while none runs, unless forced.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +15,7 @@ use valet_vfs::Store;
 use wasmtime::Engine;
 
 use crate::policy::{self, Limits, PolicyModule, WasmPlacement};
+use crate::remove::{self, Removal, RemoveRequest, TenantBusy, TenantUsage};
 use crate::trace::{Recorder, TraceOut};
 
 /// A loaded policy as the API lists it.
@@ -35,6 +38,27 @@ pub struct Registry {
     builtins: Mutex<BTreeMap<String, &'static [u8]>>,
     active: Mutex<BTreeMap<String, String>>,
     recorder: Mutex<Option<(TraceOut, Instant)>>,
+    /// Guests running now, by tenant. Held for a whole removal: a guest that starts
+    /// meanwhile waits for it to end.
+    guests: Mutex<BTreeMap<String, usize>>,
+}
+
+/// A guest counted as running (see [`Registry::guest_running`]) until this is dropped.
+pub struct RunningGuest {
+    registry: Arc<Registry>,
+    tenant: String,
+}
+
+impl Drop for RunningGuest {
+    fn drop(&mut self) {
+        let mut guests = self.registry.lock_guests();
+        if let Some(n) = guests.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                guests.remove(&self.tenant);
+            }
+        }
+    }
 }
 
 impl Registry {
@@ -49,6 +73,7 @@ impl Registry {
             builtins: Mutex::new(BTreeMap::new()),
             active: Mutex::new(BTreeMap::new()),
             recorder: Mutex::new(None),
+            guests: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -212,6 +237,52 @@ impl Registry {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    fn lock_guests(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
+        self.guests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a guest of `tenant` as running until the mark is dropped (waits while a
+    /// removal runs).
+    pub fn guest_running(self: &Arc<Self>, tenant: &str) -> RunningGuest {
+        *self.lock_guests().entry(tenant.to_string()).or_default() += 1;
+        RunningGuest {
+            registry: self.clone(),
+            tenant: tenant.to_string(),
+        }
+    }
+
+    /// Every tenant of the store with its use and its guests running now.
+    pub fn tenants(&self) -> Result<Vec<TenantUsage>> {
+        let mut all = TenantUsage::of_store(&self.store)?;
+        let guests = self.lock_guests();
+        for t in &mut all {
+            t.guests = guests.get(&t.name).copied().unwrap_or(0);
+        }
+        Ok(all)
+    }
+
+    /// Removes what `request` names in `tenant`'s namespace and makes the removal durable
+    /// (the metadata only: other files' buffered data stays where it is). Refused with
+    /// [`TenantBusy`] while a guest of the tenant runs, unless forced; no guest starts
+    /// until it is done.
+    pub fn remove(&self, tenant: &str, request: &RemoveRequest) -> Result<Removal> {
+        let guests = self.lock_guests();
+        let running = guests.get(tenant).copied().unwrap_or(0);
+        if running > 0 && !request.force {
+            return Err(TenantBusy {
+                tenant: tenant.to_string(),
+                guests: running,
+            }
+            .into());
+        }
+        let removal = remove::remove(&self.store, tenant, &request.path, request.recursive)
+            .with_context(|| format!("rm {}", request.path))?;
+        self.store
+            .sync_metadata()
+            .context("committing the removal")?;
+        Ok(removal)
     }
 
     /// Streams a policy may use on this device: the active zones the store may fill at once.

@@ -13,10 +13,11 @@ use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 
 use super::Registry;
+use crate::remove::{NoTenant, RemoveRequest, TenantBusy};
 
 /// Where the admin API listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +102,9 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
                 refuse_oversized_module,
             )),
         )
+        .route("/tenants", get(list_tenants))
         .route("/tenants/{tenant}/policy", put(activate_policy))
+        .route("/tenants/{tenant}/rm", post(remove_files))
         .route("/stats", get(stats))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
@@ -217,6 +220,65 @@ async fn activate_policy(
     }
 }
 
+async fn list_tenants(State(api): State<Api>) -> Response {
+    match api.registry.tenants() {
+        Ok(all) => Json(all).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
 async fn stats(State(api): State<Api>) -> Response {
     Json(api.registry.store().stats()).into_response()
+}
+
+/// Removes files of a tenant (see [`Registry::remove`]), on a blocking thread: it waits for
+/// the store's commit.
+async fn remove_files(
+    State(api): State<Api>,
+    UrlPath(tenant): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    // Any content type: the body is JSON whatever the client calls it.
+    let request: RemoveRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, anyhow!("the request's JSON: {e}")),
+    };
+    let registry = api.registry.clone();
+    let done = tokio::task::spawn_blocking(move || registry.remove(&tenant, &request)).await;
+    match done {
+        Ok(Ok(removal)) => (StatusCode::OK, Json(removal)).into_response(),
+        Ok(Err(e)) => error(removal_status(&e), e),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            anyhow!("the removal failed: {e}"),
+        ),
+    }
+}
+
+/// 409 while the tenant's guests run, 404 for a tenant or path that is not there, 400 for
+/// a path that cannot be removed as asked, 500 for the store failing.
+fn removal_status(e: &anyhow::Error) -> StatusCode {
+    if e.is::<TenantBusy>() {
+        return StatusCode::CONFLICT;
+    }
+    if e.is::<NoTenant>() {
+        return StatusCode::NOT_FOUND;
+    }
+    use valet_vfs::Error as E;
+    match e.chain().find_map(|c| c.downcast_ref::<E>()) {
+        Some(E::NotFound) => StatusCode::NOT_FOUND,
+        Some(
+            E::NotDir
+            | E::IsDir
+            | E::NotEmpty
+            | E::NameTooLong
+            | E::Invalid(_)
+            | E::Escape
+            | E::NotAllowed(_)
+            | E::Loop,
+        ) => StatusCode::BAD_REQUEST,
+        Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        // Ours: a directory without `recursive`.
+        None => StatusCode::BAD_REQUEST,
+    }
 }

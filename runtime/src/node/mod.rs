@@ -68,7 +68,7 @@ use sha2::{Digest, Sha256};
 use valet_vfs::{FileKind, Ino, Store, TenantId};
 use wasmtime::{Engine, Module};
 
-use crate::admin::{self, Registry};
+use crate::admin::{self, Registry, RunningGuest};
 use crate::device::DeviceSpec;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use crate::quota::Quota;
@@ -251,6 +251,9 @@ fn bind(path: &Path) -> Result<UnixListener> {
 struct Prepared {
     module: Module,
     spec: GuestSpec,
+    /// The pod counts as its tenant's running guest from its create to its guest's end,
+    /// so the admin API does not remove its store directories in between.
+    _running: RunningGuest,
 }
 
 impl Agent {
@@ -358,6 +361,8 @@ impl Agent {
             }
             Err(e) => failed(e),
         };
+        // The guest is done with its tenant before the shim hears so.
+        drop(prepared);
         reply(out, &msg);
     }
 
@@ -391,6 +396,7 @@ impl Agent {
                 config.policy
             )
         })?;
+        let running = self.registry.guest_running(&config.tenant);
         let (tenant, root) = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
         // As the space quota: one per tenant, the latest pod's holds.
@@ -429,7 +435,11 @@ impl Agent {
             thread_limit: req.pids_limit,
             ..GuestSpec::default()
         };
-        Ok(Prepared { module, spec })
+        Ok(Prepared {
+            module,
+            spec,
+            _running: running,
+        })
     }
 
     /// The root of `tenant`, created if the store has room for a new tenant (see the

@@ -1235,6 +1235,13 @@ impl Store {
         }
     }
 
+    /// Makes every change to the namespace and the metadata made so far durable (entries
+    /// removed, renamed, made), leaving open files' buffered data where it is, unlike
+    /// [`Store::sync`]: an administrative change does not cost the guests' buffers.
+    pub fn sync_metadata(&self) -> Result<()> {
+        self.commit()
+    }
+
     /// `fsync` of a directory: its entries durable (with everything recorded before them),
     /// as on a POSIX file system. Other files' buffered data stays where it is: a database
     /// that syncs its directory after creating a file does not wait for another tenant's
