@@ -107,3 +107,46 @@ fn upload_validate_activate_and_list() {
     assert_eq!(list[0].name, "two");
     assert_eq!(list[0].tenants, vec!["app".to_string()]);
 }
+
+/// `POST /tenants/T/rm`: what cannot be removed as asked is 400 and removes nothing; a
+/// removal the store allows answers what it removed.
+#[test]
+fn remove_refuses_bad_requests_with_their_reason() {
+    let (_dir, server, token, store) = serve(AdminAddr::parse("127.0.0.1:0").unwrap());
+    let (_, root) = store.tenant("app").unwrap();
+    store.create_dir(root, "db").unwrap();
+    let f = store
+        .open_file(root, "db/table", OpenOptions::create())
+        .unwrap();
+    f.write_at(&[7u8; 5000], 0).unwrap();
+    f.close().unwrap();
+    let rm = |body: &str| {
+        let (code, answer) = client::request(
+            &server.addr,
+            &token,
+            "POST",
+            "/tenants/app/rm",
+            body.as_bytes(),
+        )
+        .unwrap();
+        (code, String::from_utf8_lossy(&answer).into_owned())
+    };
+    for (body, why) in [
+        (r#"{"path": "/db"}"#, "is a directory"),
+        (r#"{"path": "/../x"}"#, "rm /../x"),
+        (r#"{"recursive": true}"#, "missing field `path`"),
+        ("not json", "the request's JSON"),
+    ] {
+        let (code, answer) = rm(body);
+        assert_eq!(code, 400, "{body}: {answer}");
+        assert!(answer.contains(why), "{body}: {answer}");
+    }
+    assert!(store.lookup(root, "db/table").is_ok(), "nothing removed");
+    let (code, answer) = rm(r#"{"path": "/db", "recursive": true}"#);
+    assert_eq!(code, 200, "{answer}");
+    let removal: valet_runtime::remove::Removal = serde_json::from_str(&answer).unwrap();
+    assert_eq!((removal.files, removal.dirs), (1, 1));
+    assert_eq!((removal.bytes_before, removal.bytes_after), (5000, 0));
+    assert!(store.read_dir(root).unwrap().is_empty());
+    assert!(store.fsck().unwrap().is_clean());
+}
