@@ -5,11 +5,11 @@
 //! valet-run fs cat     [--device PATH] [--tenant T] GUEST_PATH
 //! valet-run fs import  [--device PATH] [--tenant T] [--zone-size MIB] [--zones N] [--max-open N] HOST_DIR GUEST_PATH
 //! valet-run fs export  [--device PATH] [--tenant T] GUEST_PATH HOST_DIR
-//! valet-run fs rm      [--device PATH] [--tenant T] [-r] GUEST_PATH
-//! valet-run fs rm      --admin ADDR [--token-file F] [--tenant T] [-r] [--force] GUEST_PATH
+//! valet-run fs rm      [--device PATH] [--tenant T] [-r] [--force] GUEST_PATH
 //! valet-run fs fsck    [--device PATH] [--deep]
-//! valet-run fs tenants [--device PATH] [--admin ADDR [--token-file F]]
+//! valet-run fs tenants [--device PATH]
 //! valet-run fs zones   [--device PATH]
+//! ls, cat, rm, fsck, tenants, zones: also with --admin ADDR [--token-file F], on a running store
 //! ```
 //!
 //! The Valet paper admits that files in its store are invisible to backup and copy tools;
@@ -36,8 +36,9 @@
 //! a store. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
 //! cannot check at all, like every other failure of ours.
 //!
-//! While a `valet-run` or node agent has the store, `rm` and `tenants` with `--admin ADDR`
-//! ask it through its admin API instead of mounting the store ([`crate::remove`]).
+//! While a `valet-run` or node agent has the store, `ls`, `cat`, `rm`, `fsck`, `tenants`
+//! and `zones` with `--admin ADDR` ask it through its admin API instead of mounting the
+//! store ([`crate::inspect`], [`crate::remove`]).
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -47,10 +48,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use valet_vfs::device::{Geometry, IoMode};
-use valet_vfs::{FileKind, Ino, OpenOptions, Store};
+use valet_vfs::{FileKind, FsckReport, Ino, OpenOptions, Store};
 
 use crate::admin::{client, AdminAddr};
 use crate::device::DeviceSpec;
+use crate::inspect::{ls, print_fsck, zones, CAT_CHUNK};
 use crate::remove::{existing_tenant, relative, remove, Removal, RemoveRequest, TenantUsage};
 
 /// Copy buffer: one store write buffer's worth (the largest extent a flush writes).
@@ -72,6 +74,8 @@ pub enum FsCommand {
         /// Directory or file inside the tenant's namespace.
         #[arg(default_value = "/", value_name = "GUEST_PATH")]
         path: String,
+        #[command(flatten)]
+        online: OnlineArgs,
     },
     /// Write a file of the store to stdout.
     Cat {
@@ -82,6 +86,8 @@ pub enum FsCommand {
         /// File inside the tenant's namespace.
         #[arg(value_name = "GUEST_PATH")]
         path: String,
+        #[command(flatten)]
+        online: OnlineArgs,
     },
     /// Copy a host directory tree (or one file) into the store, creating directories.
     Import {
@@ -142,6 +148,8 @@ pub enum FsCommand {
         /// with.
         #[arg(long)]
         deep: bool,
+        #[command(flatten)]
+        online: OnlineArgs,
     },
     /// List the tenants of the store: id, name, the names in its tree (files, directories,
     /// links: what `valet.io/files` bounds) and the bytes its files hold (what
@@ -159,6 +167,8 @@ pub enum FsCommand {
     Zones {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        online: OnlineArgs,
     },
 }
 
@@ -242,7 +252,24 @@ pub struct OnlineArgs {
 }
 
 impl OnlineArgs {
-    /// One admin API request; the answer's JSON body when it is 200.
+    /// One admin API request; the answer's body when it is 200.
+    fn request_raw(
+        self,
+        device: PathBuf,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<Vec<u8>> {
+        let addr = AdminAddr::parse(self.admin.as_deref().unwrap_or_default())?;
+        let token = client::read_token(self.token_file, device)?;
+        let (code, answer) = client::request(&addr, &token, method, path, body)?;
+        if code != 200 {
+            return Err(client::api_error(code, &answer));
+        }
+        Ok(answer)
+    }
+
+    /// [`OnlineArgs::request_raw`], its answer read as JSON.
     fn request<T: serde::de::DeserializeOwned>(
         self,
         device: PathBuf,
@@ -250,12 +277,7 @@ impl OnlineArgs {
         path: &str,
         body: &[u8],
     ) -> Result<T> {
-        let addr = AdminAddr::parse(self.admin.as_deref().unwrap_or_default())?;
-        let token = client::read_token(self.token_file, device)?;
-        let (code, answer) = client::request(&addr, &token, method, path, body)?;
-        if code != 200 {
-            return Err(client::api_error(code, &answer));
-        }
+        let answer = self.request_raw(device, method, path, body)?;
         serde_json::from_slice(&answer).context("the admin API's answer")
     }
 }
@@ -322,32 +344,6 @@ pub fn run(command: FsCommand) -> Result<u8> {
     }
 }
 
-/// `zone state write_pointer owner [placement]`, one line per zone that is not empty.
-fn zones(store: &Store, out: &mut dyn Write) -> Result<()> {
-    let device = store.device();
-    let owners: std::collections::HashMap<_, _> = store
-        .zone_owners()
-        .into_iter()
-        .map(|(zone, tenant, stream)| (zone, format!("{tenant}/{stream}")))
-        .collect();
-    writeln!(out, "zone state write_pointer owner placement")?;
-    for z in device.report_zones() {
-        if z.write_pointer == 0 && !owners.contains_key(&z.id) {
-            continue;
-        }
-        let owner = owners.get(&z.id).map_or("-", String::as_str);
-        let placement = device
-            .zone_placement(z.id)
-            .map_or("-".to_string(), |p| p.to_string());
-        writeln!(
-            out,
-            "{} {:?} {} {owner} {placement}",
-            z.id, z.state, z.write_pointer
-        )?;
-    }
-    Ok(())
-}
-
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<io::Error>()
@@ -362,12 +358,30 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             tenant,
             recursive,
             path,
+            online,
+        } if online.admin.is_some() => {
+            let at = format!(
+                "/tenants/{}/ls?path={}&recursive={recursive}",
+                client::path_segment(&tenant.tenant),
+                client::path_segment(&path)
+            );
+            out.write_all(&online.request_raw(store.device, "GET", &at, b"")?)?;
+        }
+        FsCommand::Ls {
+            store,
+            tenant,
+            recursive,
+            path,
+            ..
         } => {
             let store = store.mount_to_read()?;
             let (_, root) = existing_tenant(&store, &tenant.tenant)?;
             ls(&store, root, &path, recursive, out).with_context(|| format!("ls {path}"))?;
         }
-        FsCommand::Zones { store } => {
+        FsCommand::Zones { store, online } if online.admin.is_some() => {
+            out.write_all(&online.request_raw(store.device, "GET", "/zones", b"")?)?;
+        }
+        FsCommand::Zones { store, .. } => {
             let store = store.mount_to_check()?;
             zones(&store, out)?;
         }
@@ -375,6 +389,31 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             store,
             tenant,
             path,
+            online,
+        } if online.admin.is_some() => {
+            // In chunks, each its own request: a file of any size, in bounded memory.
+            let mut offset = 0u64;
+            loop {
+                let at = format!(
+                    "/tenants/{}/cat?path={}&offset={offset}&len={CAT_CHUNK}",
+                    client::path_segment(&tenant.tenant),
+                    client::path_segment(&path)
+                );
+                let chunk = online
+                    .clone()
+                    .request_raw(store.device.clone(), "GET", &at, b"")?;
+                out.write_all(&chunk)?;
+                offset += chunk.len() as u64;
+                if (chunk.len() as u64) < CAT_CHUNK {
+                    break;
+                }
+            }
+        }
+        FsCommand::Cat {
+            store,
+            tenant,
+            path,
+            ..
         } => {
             let store = store.mount_to_read()?;
             let (_, root) = existing_tenant(&store, &tenant.tenant)?;
@@ -447,29 +486,25 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             store.unmount().context("syncing the store")?;
             writeln!(out, "{removal}")?;
         }
-        FsCommand::Fsck { store, deep } => {
-            let store = store.mount_to_check()?;
-            let report = match deep {
-                true => store.fsck_deep(),
-                false => store.fsck(),
-            }
-            .context("fsck")?;
-            writeln!(
-                out,
-                "fsck: {} files, {} directories, {} symlinks, {} extents, {} valid blocks",
-                report.files, report.dirs, report.symlinks, report.extents, report.valid_blocks
-            )?;
-            if deep {
-                writeln!(
-                    out,
-                    "fsck: {} blocks read and verified, {} without a checksum",
-                    report.verified_blocks, report.unverified_blocks
-                )?;
-            }
-            for problem in &report.problems {
-                writeln!(out, "problem: {problem}")?;
-            }
-            if !report.is_clean() {
+        FsCommand::Fsck {
+            store,
+            deep,
+            online,
+        } => {
+            let report: FsckReport = match online.admin {
+                Some(_) => {
+                    online.request(store.device, "GET", &format!("/fsck?deep={deep}"), b"")?
+                }
+                None => {
+                    let store = store.mount_to_check()?;
+                    match deep {
+                        true => store.fsck_deep(),
+                        false => store.fsck(),
+                    }
+                    .context("fsck")?
+                }
+            };
+            if !print_fsck(&report, deep, out)? {
                 out.flush()?;
                 eprintln!(
                     "valet-run: error: fsck found {} problem(s)",
@@ -477,7 +512,6 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
                 );
                 return Ok(1);
             }
-            writeln!(out, "fsck: clean")?;
         }
         FsCommand::Tenants { store, online } if online.admin.is_some() => {
             let tenants: Vec<TenantUsage> = online.request(store.device, "GET", "/tenants", b"")?;
@@ -513,70 +547,6 @@ impl std::fmt::Display for Copied {
             self.files, self.dirs, self.symlinks, self.bytes
         )
     }
-}
-
-fn kind_char(kind: FileKind) -> char {
-    match kind {
-        FileKind::Dir => 'd',
-        FileKind::File => '-',
-        FileKind::Symlink => 'l',
-    }
-}
-
-/// ` -> target` for a link named `name` in `dir`, nothing for anything else.
-fn arrow(store: &Store, dir: Ino, name: &str, kind: FileKind) -> Result<String> {
-    Ok(match kind {
-        FileKind::Symlink => format!(" -> {}", store.read_link(dir, name)?),
-        _ => String::new(),
-    })
-}
-
-/// `ls -l` of a directory (or of one file), optionally recursive.
-pub fn ls(
-    store: &Store,
-    root: Ino,
-    path: &str,
-    recursive: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let rel = relative(path);
-    // As `ls -l`: a link is shown, not followed, unless the path ends in `/`.
-    let ino = store.lookup_at(root, rel, false)?;
-    let meta = store.metadata(ino)?;
-    if meta.kind != FileKind::Dir {
-        let to = arrow(store, root, rel, meta.kind)?;
-        writeln!(out, "{} {:>12} {path}{to}", kind_char(meta.kind), meta.size)?;
-        return Ok(());
-    }
-    ls_dir(store, ino, "", recursive, out)
-}
-
-fn ls_dir(
-    store: &Store,
-    dir: Ino,
-    prefix: &str,
-    recursive: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let mut entries = store.read_dir(dir)?;
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    for e in &entries {
-        let meta = store.metadata(e.ino)?;
-        let to = arrow(store, dir, &e.name, meta.kind)?;
-        writeln!(
-            out,
-            "{} {:>12} {prefix}{}{to}",
-            kind_char(meta.kind),
-            meta.size,
-            e.name
-        )?;
-    }
-    if recursive {
-        for e in entries.iter().filter(|e| e.kind == FileKind::Dir) {
-            ls_dir(store, e.ino, &format!("{prefix}{}/", e.name), true, out)?;
-        }
-    }
-    Ok(())
 }
 
 /// Writes a file of the store to `out`.

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod device;
 pub mod fs_cmd;
 pub mod host;
+pub mod inspect;
 pub mod node;
 pub mod policy;
 pub mod policy_clock;

@@ -654,3 +654,96 @@ fn rm_through_the_admin_api_while_a_guest_runs() {
     assert_ok(&out);
     assert!(stdout(&out).ends_with("fsck: clean\n"));
 }
+
+/// `ls`, `cat`, `fsck --deep` and `zones` with `--admin` read the store of a running
+/// `valet-run`: what its guest wrote and never synced included, a file larger than one
+/// answer whole, the deep check of every live block while the guest holds its files.
+#[test]
+fn inspection_through_the_admin_api_while_a_guest_runs() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use valet_guests::content::unsynced_file;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
+    new_store(&dev);
+    std::fs::create_dir_all(&src).unwrap();
+    let huge = bytes(9_000_001, 7);
+    std::fs::write(src.join("huge.bin"), &huge).unwrap();
+    assert_ok(&fs(
+        &dev,
+        &["import", "--tenant", "big", src.to_str().unwrap(), "/"],
+    ));
+    let sock = tmp.path().join("admin.sock");
+    let mut guest = valet_run()
+        .arg("--device")
+        .arg(&dev)
+        .arg("--admin")
+        .arg(&sock)
+        .arg(valet_guests::WRITE_THEN_WAIT)
+        .args(["--", "/data", "wait"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(guest.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "written\n");
+    let sock = sock.to_str().unwrap();
+    let online = |command: &str, args: &[&str]| {
+        let all: Vec<&str> = [command, "--admin", sock]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        fs(&dev, &all)
+    };
+
+    let out = online("ls", &[]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "-      1200000 unsynced-0.dat\n-       300000 unsynced-1.dat\n-         3000 unsynced-2.dat\n"
+    );
+    for i in 0..3 {
+        let out = online("cat", &[&format!("/unsynced-{i}.dat")]);
+        assert_ok(&out);
+        assert!(out.stdout == unsynced_file(i), "unsynced-{i}.dat differs");
+    }
+    let out = online("cat", &["--tenant", "big", "/huge.bin"]);
+    assert_ok(&out);
+    assert!(out.stdout == huge, "{} bytes back", out.stdout.len());
+    assert_error(
+        &online("cat", &["/nothing"]),
+        "admin API answered 404: cat /nothing: no such file",
+    );
+    let out = online("ls", &["-R", "--tenant", "big"]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "-      9000001 huge.bin\n");
+
+    let out = online("fsck", &["--deep"]);
+    assert_ok(&out);
+    let report = stdout(&out);
+    assert!(report.ends_with("fsck: clean\n"), "{report}");
+    let verified: u64 = report
+        .split("fsck: ")
+        .nth(2)
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(verified >= 9_000_001 / 4096, "{report}");
+    let out = online("zones", &[]);
+    assert_ok(&out);
+    let zones = stdout(&out);
+    assert!(
+        zones.starts_with("zone state write_pointer owner placement\n"),
+        "{zones}"
+    );
+    assert!(zones.lines().count() > 2, "{zones}");
+
+    drop(guest.stdin.take());
+    assert!(guest.wait().unwrap().success());
+}

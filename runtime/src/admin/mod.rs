@@ -1,6 +1,7 @@
 //! Policies while the application runs: the registry of loaded policies, and the admin API
-//! (`valet-run --admin ADDR`) that uploads, activates and lists them, reads the stats and
-//! removes a tenant's files.
+//! (`valet-run --admin ADDR`) that uploads, activates and lists them, reads the stats, and
+//! serves the `fs` commands on the running store (`fs ls|cat|rm|fsck|tenants|zones
+//! --admin`).
 //!
 //! The API is HTTP on a loopback TCP address or a Unix socket. Every request must carry
 //! `Authorization: Bearer TOKEN`, where TOKEN is written at start to a file that only the
@@ -13,6 +14,10 @@
 //! | `POST /tenants/TENANT/rm` (body: `{"path": "/db", "recursive": true, "force": false}`) | remove files of TENANT and sync (200 with what was removed; 409 while a guest of TENANT runs, unless forced; 404 for a tenant or path not there) |
 //! | `GET /policies` | loaded policies: name, sha256, tenants using it |
 //! | `GET /tenants` | every tenant: id, name, names and bytes its files hold, guests running |
+//! | `GET /tenants/TENANT/ls?path=P&recursive=B` | `fs ls` of P, as text |
+//! | `GET /tenants/TENANT/cat?path=P&offset=N&len=L` | up to L bytes of file P from N (at most 4 MiB) |
+//! | `GET /fsck?deep=B` | fsck of the running store (deep: every live block verified), as JSON |
+//! | `GET /zones` | `fs zones`, as text |
 //! | `GET /stats` | the store's accounting (JSON) |
 //!
 //! A swap affects files opened after it; files already open keep the placement they were

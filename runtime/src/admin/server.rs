@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,10 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 
 use super::Registry;
-use crate::remove::{NoTenant, RemoveRequest, TenantBusy};
+use serde::Deserialize;
+
+use crate::inspect;
+use crate::remove::{existing_tenant, NoTenant, RemoveRequest, TenantBusy};
 
 /// Where the admin API listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +108,10 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
         .route("/tenants", get(list_tenants))
         .route("/tenants/{tenant}/policy", put(activate_policy))
         .route("/tenants/{tenant}/rm", post(remove_files))
+        .route("/tenants/{tenant}/ls", get(list_files))
+        .route("/tenants/{tenant}/cat", get(read_file))
+        .route("/fsck", get(fsck))
+        .route("/zones", get(zones))
         .route("/stats", get(stats))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(api.clone(), authorize))
@@ -231,8 +238,24 @@ async fn stats(State(api): State<Api>) -> Response {
     Json(api.registry.store().stats()).into_response()
 }
 
-/// Removes files of a tenant (see [`Registry::remove`]), on a blocking thread: it waits for
-/// the store's commit.
+/// Runs `work` on the registry on a blocking thread (it waits for the store's locks, its
+/// commits and its device reads); its error is the caller's to map.
+async fn blocking<T: Send + 'static>(
+    api: &Api,
+    work: impl FnOnce(&Registry) -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    let registry = api.registry.clone();
+    tokio::task::spawn_blocking(move || work(&registry))
+        .await
+        .map_err(|e| anyhow!("the request's work failed: {e}"))?
+}
+
+fn text(body: Vec<u8>) -> Response {
+    let kind = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    (StatusCode::OK, kind, body).into_response()
+}
+
+/// Removes files of a tenant (see [`Registry::remove`]).
 async fn remove_files(
     State(api): State<Api>,
     UrlPath(tenant): UrlPath<String>,
@@ -243,21 +266,120 @@ async fn remove_files(
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, anyhow!("the request's JSON: {e}")),
     };
-    let registry = api.registry.clone();
-    let done = tokio::task::spawn_blocking(move || registry.remove(&tenant, &request)).await;
-    match done {
-        Ok(Ok(removal)) => (StatusCode::OK, Json(removal)).into_response(),
-        Ok(Err(e)) => error(removal_status(&e), e),
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            anyhow!("the removal failed: {e}"),
-        ),
+    match blocking(&api, move |registry| registry.remove(&tenant, &request)).await {
+        Ok(removal) => (StatusCode::OK, Json(removal)).into_response(),
+        Err(e) => error(status_of(&e), e),
+    }
+}
+
+#[derive(Deserialize)]
+struct LsQuery {
+    #[serde(default = "root_path")]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+}
+
+fn root_path() -> String {
+    "/".into()
+}
+
+/// `fs ls` of a tenant's path, as text.
+async fn list_files(
+    State(api): State<Api>,
+    UrlPath(tenant): UrlPath<String>,
+    Query(q): Query<LsQuery>,
+) -> Response {
+    let listed = blocking(&api, move |registry| {
+        let store = registry.store();
+        let (_, root) = existing_tenant(store, &tenant)?;
+        let mut out = Vec::new();
+        inspect::ls(store, root, &q.path, q.recursive, &mut out)
+            .with_context(|| format!("ls {}", q.path))?;
+        Ok(out)
+    })
+    .await;
+    match listed {
+        Ok(out) => text(out),
+        Err(e) => error(status_of(&e), e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CatQuery {
+    path: String,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default = "cat_chunk")]
+    len: u64,
+}
+
+fn cat_chunk() -> u64 {
+    inspect::CAT_CHUNK
+}
+
+/// Bytes of a tenant's file from `offset`, at most [`inspect::CAT_CHUNK`] of them.
+async fn read_file(
+    State(api): State<Api>,
+    UrlPath(tenant): UrlPath<String>,
+    Query(q): Query<CatQuery>,
+) -> Response {
+    let read = blocking(&api, move |registry| {
+        let store = registry.store();
+        let (_, root) = existing_tenant(store, &tenant)?;
+        inspect::read_range(store, root, &q.path, q.offset, q.len)
+            .with_context(|| format!("cat {}", q.path))
+    })
+    .await;
+    match read {
+        Ok(bytes) => {
+            let kind = [(header::CONTENT_TYPE, "application/octet-stream")];
+            (StatusCode::OK, kind, bytes).into_response()
+        }
+        Err(e) => error(status_of(&e), e),
+    }
+}
+
+#[derive(Deserialize)]
+struct FsckQuery {
+    #[serde(default)]
+    deep: bool,
+}
+
+/// fsck of the running store (deep: every live block read and verified, zone by zone,
+/// while the guests go on), as JSON.
+async fn fsck(State(api): State<Api>, Query(q): Query<FsckQuery>) -> Response {
+    let checked = blocking(&api, move |registry| {
+        let store = registry.store();
+        Ok(match q.deep {
+            true => store.fsck_deep()?,
+            false => store.fsck()?,
+        })
+    })
+    .await;
+    match checked {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `fs zones` of the running store, as text.
+async fn zones(State(api): State<Api>) -> Response {
+    let listed = blocking(&api, |registry| {
+        let mut out = Vec::new();
+        inspect::zones(registry.store(), &mut out)?;
+        Ok(out)
+    })
+    .await;
+    match listed {
+        Ok(out) => text(out),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 /// 409 while the tenant's guests run, 404 for a tenant or path that is not there, 400 for
-/// a path that cannot be removed as asked, 500 for the store failing.
-fn removal_status(e: &anyhow::Error) -> StatusCode {
+/// a path that cannot be used as asked, 500 for the store failing.
+fn status_of(e: &anyhow::Error) -> StatusCode {
     if e.is::<TenantBusy>() {
         return StatusCode::CONFLICT;
     }
