@@ -93,6 +93,7 @@ impl Bench {
             geometry: geometry(),
             io: IoMode::Auto,
             writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+            handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
         };
         let store = spec.mount()?;
         let (_, store_root) = store.tenant("bench")?;

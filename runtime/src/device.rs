@@ -20,6 +20,12 @@ use valet_vfs::{Store, StoreConfig};
 /// pairs, 500,000 sets).
 pub const DEFAULT_WRITEBACK: Duration = Duration::from_secs(30);
 
+/// How often a writable mount hands what guests wrote and did not sync to the host
+/// (`StoreConfig::handoff`: written and journaled, no flush), so that a killed process
+/// loses at most about this much, where a native program loses nothing its writes handed
+/// to the kernel.
+pub const DEFAULT_HANDOFF: Duration = Duration::from_secs(1);
+
 /// Where the store lives and how to create it.
 #[derive(Clone, Debug)]
 pub struct DeviceSpec {
@@ -39,6 +45,9 @@ pub struct DeviceSpec {
     /// How often a writable mount writes back what was not synced; None: never (only
     /// syncs, closes and the unmount make it durable).
     pub writeback: Option<Duration>,
+    /// How often a writable mount hands what was not synced to the host, without a flush;
+    /// None: never.
+    pub handoff: Option<Duration>,
 }
 
 impl DeviceSpec {
@@ -53,6 +62,7 @@ impl DeviceSpec {
             geometry,
             io: IoMode::Auto,
             writeback: Some(DEFAULT_WRITEBACK),
+            handoff: Some(DEFAULT_HANDOFF),
         }
     }
 
@@ -115,6 +125,7 @@ impl DeviceSpec {
         let config = StoreConfig {
             conventional_dir: Some(self.conventional_dir()),
             writeback: self.writeback,
+            handoff: self.handoff,
             ..Default::default()
         };
         Store::open(device, config).context("mounting the store")

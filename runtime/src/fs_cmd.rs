@@ -301,6 +301,7 @@ impl StoreArgs {
             geometry: Geometry::EMBEDDED_DEFAULT,
             io: self.io,
             writeback: None,
+            handoff: None,
         }
     }
 

@@ -224,13 +224,20 @@ struct DeviceArgs {
     /// bounds it for native programs; `off`: only their syncs, closes and the exit do.
     #[arg(long, default_value = "30s", value_name = "DURATION|off", value_parser = parse_writeback)]
     writeback: Writeback,
+
+    /// Hand what the guests wrote and did not sync to the host this often: written to the
+    /// device and journaled without a flush, so that valet-run killed by SIGKILL or the OOM
+    /// killer loses at most about that much (a power cut still up to --writeback); `off`:
+    /// only the --writeback rounds.
+    #[arg(long, default_value = "1s", value_name = "DURATION|off", value_parser = parse_writeback)]
+    handoff: Writeback,
 }
 
 fn parse_quota(text: &str) -> std::result::Result<u64, String> {
     valet_runtime::node::pod::parse_size(text).map_err(|e| e.to_string())
 }
 
-/// `--writeback`: an interval, or `off`.
+/// `--writeback` and `--handoff`: an interval, or `off`.
 #[derive(Clone, Copy)]
 struct Writeback(Option<Duration>);
 
@@ -270,6 +277,7 @@ impl DeviceArgs {
             geometry,
             io: self.io,
             writeback: self.writeback.0,
+            handoff: self.handoff.0,
         })
     }
 }

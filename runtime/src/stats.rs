@@ -18,7 +18,7 @@ pub fn summary(stats: &Stats) -> String {
         stats.waf_with_meta
     ));
     out.push_str(&format!(
-        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs ({} writeback rounds, {:.1} ms), {} live, {} conventional\n",
+        "valet: zones {} free of {}, {} resets, {} finishes, {} device syncs ({} writeback rounds, {:.1} ms; {} hand-offs, {:.1} ms), {} live, {} conventional\n",
         stats.free_zones,
         stats.zones,
         stats.zone_resets,
@@ -26,6 +26,8 @@ pub fn summary(stats: &Stats) -> String {
         stats.device_syncs,
         stats.writebacks,
         stats.writeback_ns as f64 / 1e6,
+        stats.handoffs,
+        stats.handoff_ns as f64 / 1e6,
         mib(stats.live_bytes),
         mib(stats.conventional_bytes)
     ));

@@ -210,6 +210,7 @@ fn read_back(device: &Path, lock_wait: &mut Duration) -> Files {
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     };
     if !spec.image_path().exists() {
         // Killed before valet-run created the device: nothing was written.

@@ -61,6 +61,7 @@ fn small_device(dir: &Path) -> DeviceSpec {
         geometry,
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     }
 }
 

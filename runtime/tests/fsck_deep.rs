@@ -39,6 +39,7 @@ fn deep_fsck_finds_a_block_damaged_after_it_was_written() {
         },
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     };
     {
         let store = spec.mount().unwrap();

@@ -585,6 +585,7 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
         geometry: Geometry::EMBEDDED_DEFAULT,
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     }
     .mount_existing()
     .unwrap();

@@ -83,6 +83,7 @@ fn start_agent_with(zones: u32, admin: Option<String>) -> Fixture {
                 geometry,
                 io: IoMode::Auto,
                 writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+                handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
             },
             socket: f.socket.clone(),
             admin,

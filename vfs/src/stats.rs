@@ -120,6 +120,15 @@ pub struct Stats {
     /// Time those rounds took, from their first sync to their commit's end.
     #[serde(default)]
     pub writeback_ns: u64,
+    /// Hand-offs that wrote unsynced writes to the device and the journal with no flush
+    /// (see `StoreConfig::handoff`), and their time.
+    #[serde(default)]
+    pub handoffs: u64,
+    #[serde(default)]
+    pub handoff_ns: u64,
+    /// Hand-off rounds run, whether they found something to hand off or not.
+    #[serde(default)]
+    pub handoff_rounds: u64,
     /// Written units whose data did not match its checksum when GC read it (the zone is
     /// left alone; `fs fsck --deep` lists what is damaged).
     #[serde(default)]

@@ -128,6 +128,7 @@ fn device(dir: &Path) -> DeviceSpec {
         geometry,
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     }
 }
 

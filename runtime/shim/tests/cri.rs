@@ -223,6 +223,7 @@ fn device(dir: &Path) -> DeviceSpec {
         geometry,
         io: IoMode::Auto,
         writeback: Some(valet_runtime::device::DEFAULT_WRITEBACK),
+        handoff: Some(valet_runtime::device::DEFAULT_HANDOFF),
     }
 }
 

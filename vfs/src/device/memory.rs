@@ -64,7 +64,24 @@ impl MemoryDevice {
     /// with their lost tail reading zeros, so the device is always in a state a drive
     /// could report.
     pub fn power_fail(&self) {
+        self.power_fail_keeping(|_| false);
+    }
+
+    /// [`MemoryDevice::power_fail`], except that the zones `keep` picks keep what was
+    /// written to them since the last sync, as a drive's cache may have written some of its
+    /// contents out before the power failed and not others (say, the journal's newest
+    /// records but not the data they name).
+    pub fn power_fail_keeping(&self, keep: impl Fn(ZoneId) -> bool) {
         let mut inner = self.lock();
+        {
+            let Inner { table, zones } = &mut *inner;
+            for (info, zone) in table.report().iter().zip(zones.iter_mut()) {
+                if keep(info.id) {
+                    zone.durable_len = zone.data.len() as u64;
+                    zone.durable_full |= info.state == ZoneState::Full;
+                }
+            }
+        }
         let geometry = inner.table.geometry();
         let cap = geometry.zone_capacity;
         let before = inner.table.report();

@@ -311,6 +311,35 @@ impl GroupCommit {
         (st, handed_over)
     }
 
+    /// Runs `lead`, a hand-off (a journal write with no flush, see the store's writeback),
+    /// holding the leader role once no commit runs. Durability does not move: a later
+    /// commit's flush makes what it wrote durable. A failure is sticky, as a commit's is:
+    /// the store's memory then holds operations no journal record does.
+    pub fn hand_off(&self, lead: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+        let mut st = self.state();
+        while st.leading {
+            st.sleepers += 1;
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.sleepers -= 1;
+        }
+        if let Some((_, why)) = &st.failed {
+            return Err(why.clone());
+        }
+        st.leading = true;
+        drop(st);
+        let result = lead();
+        let mut st = self.state();
+        st.leading = false;
+        if let Err(why) = &result {
+            st.failed = Some((u64::MAX, why.clone()));
+            self.any_failed.store(true, Ordering::Release);
+        }
+        if st.sleepers > 0 {
+            self.done.notify_all();
+        }
+        result
+    }
+
     /// Whether every change up to `target` is durable.
     pub fn is_durable(&self, target: u64) -> bool {
         self.state().durable >= target

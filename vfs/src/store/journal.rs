@@ -3,8 +3,15 @@
 //! A record is a 32-byte header and a postcard payload, padded to whole blocks:
 //!
 //! ```text
-//! magic "VJRN" | kind u8 | 3 pad | seq u64 | payload len u32 | payload crc u32 | header crc u32 | 4 pad
+//! magic "VJRN" | kind u8 | unflushed u24 | seq u64 | payload len u32 | payload crc u32 | header crc u32 | 4 pad
 //! ```
+//!
+//! `unflushed` counts the records just before this one that were not known durable when it
+//! was written (no device flush had completed since they were written): 0 for a record
+//! written right after a commit's flush, more after hand-offs (records written without a
+//! flush, see the store's writeback). A power cut can lose or tear any of those and this
+//! one, so recovery checks each against its data, and a torn one among them followed by
+//! valid records is a torn tail, not damage (stores before the field wrote 0 there).
 //!
 //! Each metadata zone starts with a checkpoint (a [`Snapshot`]) followed by transactions
 //! (lists of [`MetaOp`]) with consecutive sequence numbers. When the active zone is full the
@@ -31,15 +38,27 @@ pub enum RecordKind {
 pub struct Record {
     pub kind: RecordKind,
     pub seq: u64,
+    /// Records just before this one that may not have been durable when it was written.
+    pub unflushed: u32,
     pub payload: Vec<u8>,
 }
 
+/// Most records an `unflushed` count says (it is a 24-bit field; more is counted as this).
+const MAX_UNFLUSHED: u64 = (1 << 24) - 1;
+
 /// Lays out one record, padded to `block_size`.
-pub fn encode(kind: RecordKind, seq: u64, payload: &[u8], block_size: u64) -> Vec<u8> {
+pub fn encode(
+    kind: RecordKind,
+    seq: u64,
+    unflushed: u64,
+    payload: &[u8],
+    block_size: u64,
+) -> Vec<u8> {
     let total = ((HEADER_LEN + payload.len()) as u64).div_ceil(block_size) * block_size;
     let mut out = vec![0u8; total as usize];
     out[0..4].copy_from_slice(MAGIC);
     out[4] = kind as u8;
+    out[5..8].copy_from_slice(&(unflushed.min(MAX_UNFLUSHED) as u32).to_le_bytes()[..3]);
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     out[20..24].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
@@ -52,8 +71,17 @@ pub fn encode(kind: RecordKind, seq: u64, payload: &[u8], block_size: u64) -> Ve
 struct Header {
     kind: RecordKind,
     seq: u64,
+    unflushed: u32,
     payload_len: u64,
     payload_crc: u32,
+}
+
+impl Header {
+    /// Whether record `seq` may have been unflushed when this record was written: then a
+    /// power cut may have torn it while this one reached the device.
+    fn written_before_flush_of(&self, seq: u64) -> bool {
+        seq < self.seq && seq >= self.seq.saturating_sub(self.unflushed as u64)
+    }
 }
 
 fn decode_header(b: &[u8]) -> Option<Header> {
@@ -69,6 +97,7 @@ fn decode_header(b: &[u8]) -> Option<Header> {
     Some(Header {
         kind,
         seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+        unflushed: u32::from_le_bytes([b[5], b[6], b[7], 0]),
         payload_len: word(16..20) as u64,
         payload_crc: word(20..24),
     })
@@ -82,9 +111,10 @@ pub struct ZoneRecords {
 }
 
 /// Reads the valid records of a metadata zone: its checkpoint and the transactions that
-/// continue its sequence, stopping at the first torn or foreign one. Only the end of the
-/// journal can be torn by a crash, so a newer record after the stopping point means damage;
-/// [`recover`] looks for one with [`newest_after`].
+/// continue its sequence, stopping at the first torn or foreign one. Only the records no
+/// flush had covered can be torn by a crash, so a newer record after the stopping point
+/// means damage unless the torn one was among those it was written after (its
+/// `unflushed`); [`recover`] looks for one with [`newest_after`].
 ///
 /// On a device with lazy write pointers the records synced last may lie past the zone's
 /// write pointer: reading goes on past it as long as the records continue the sequence.
@@ -132,6 +162,7 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         records.push(Record {
             kind: h.kind,
             seq: h.seq,
+            unflushed: h.unflushed,
             payload,
         });
         pos += total;
@@ -140,12 +171,18 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
 }
 
 /// The newest sequence number of a record header in `zone` after its valid records, which
-/// end at `end`, below its write pointer (the block at `end` is the torn one, if any).
-/// Newer than the zone's current life began, it means damage, not a torn tail (see
-/// [`recover`]). Read in pieces of up to [`SCAN_PIECE`] bytes: a retired zone is full, and
-/// scanning it a block per call took 24,000 reads at every mount of a device of 128 MiB
-/// zones.
-pub fn newest_after(device: &dyn ZonedDevice, zone: ZoneId, end: u64) -> Result<Option<u64>> {
+/// end at `end`, below its write pointer (the block at `end` is the torn one, if any, and
+/// `torn` the sequence number it would have had). Newer than the zone's current life began,
+/// it means damage, not a torn tail (see [`recover`]), unless `torn` was among the records
+/// not yet flushed when it was written: a power cut may have kept it and lost those. Read
+/// in pieces of up to [`SCAN_PIECE`] bytes: a retired zone is full, and scanning it a block
+/// per call took 24,000 reads at every mount of a device of 128 MiB zones.
+pub fn newest_after(
+    device: &dyn ZonedDevice,
+    zone: ZoneId,
+    end: u64,
+    torn: u64,
+) -> Result<Option<u64>> {
     let bs = device.geometry().block_size as u64;
     let wp = device.zone_info(zone)?.write_pointer;
     let mut newest: Option<u64> = None;
@@ -157,7 +194,9 @@ pub fn newest_after(device: &dyn ZonedDevice, zone: ZoneId, end: u64) -> Result<
         device.read(zone, scan, &mut piece)?;
         for block in piece.chunks_exact(bs as usize) {
             if let Some(h) = decode_header(block) {
-                newest = newest.max(Some(h.seq));
+                if !h.written_before_flush_of(torn) {
+                    newest = newest.max(Some(h.seq));
+                }
             }
         }
         scan += len;
@@ -196,7 +235,8 @@ pub fn retired_damage(device: &dyn ZonedDevice) -> Result<Option<String>> {
     for (i, retired) in superseded(&reads).into_iter().enumerate() {
         let read = &reads[i];
         let last = read.records.last().map_or(0, |r| r.seq);
-        if retired && newest_after(device, META_ZONES[i], read.end)?.is_some_and(|s| s > last) {
+        let newest = newest_after(device, META_ZONES[i], read.end, last + 1)?;
+        if retired && newest.is_some_and(|s| s > last) {
             return Ok(Some(format!(
                 "metadata zone {} (retired: the other zone's checkpoint supersedes it): the \
                  record at byte {} is damaged and valid records follow it",
@@ -213,6 +253,8 @@ pub struct Journal {
     /// Which of [`META_ZONES`] holds the newest checkpoint.
     active: usize,
     next_seq: u64,
+    /// The newest record a completed device flush covers (see [`Journal::note_flushed`]).
+    flushed_through: u64,
     /// Bytes of metadata records written (accounting).
     pub bytes_written: u64,
     /// Bytes of the newest checkpoint record.
@@ -260,6 +302,8 @@ impl Journal {
             device,
             active,
             next_seq,
+            // A mount syncs the device before it writes anything.
+            flushed_through: next_seq - 1,
             bytes_written: 0,
             checkpoint_len: 0,
             grown_since_checkpoint: 0,
@@ -273,7 +317,25 @@ impl Journal {
         let payload = postcard::to_stdvec(ops)
             .map_err(|e| Error::Corrupt(format!("encoding a transaction: {e}")))?;
         let bs = self.device.geometry().block_size as u64;
-        Ok(encode(RecordKind::Transaction, self.next_seq, &payload, bs))
+        let (seq, unflushed) = (self.next_seq, self.unflushed());
+        Ok(encode(
+            RecordKind::Transaction,
+            seq,
+            unflushed,
+            &payload,
+            bs,
+        ))
+    }
+
+    /// Records written that no completed device flush covers yet.
+    pub fn unflushed(&self) -> u64 {
+        (self.next_seq - 1).saturating_sub(self.flushed_through)
+    }
+
+    /// A device flush that began after every record written so far has completed. Call
+    /// only then: a record is counted durable from here on.
+    pub fn note_flushed(&mut self) {
+        self.flushed_through = self.next_seq - 1;
     }
 
     /// Whether a record of `len` bytes fits the active zone. Never fill the zone to the end:
@@ -363,9 +425,12 @@ impl Journal {
             payload.extend(postcard::to_stdvec(carry).map_err(encoding)?);
         }
         let geometry = self.device.geometry();
+        // The caller synced the device: every record before this one is durable.
+        self.note_flushed();
         let record = encode(
             RecordKind::Checkpoint,
             self.next_seq,
+            0,
             &payload,
             geometry.block_size as u64,
         );
@@ -418,6 +483,10 @@ pub struct Recovered {
     /// Operations the checkpoint carries after its snapshot (applied before the journal).
     pub carry: Vec<MetaOp>,
     pub transactions: Vec<Vec<MetaOp>>,
+    /// How many of the last transactions may not have been durable when the newest one was
+    /// written, besides the newest itself (its `unflushed`, at most the transactions
+    /// before it): recovery checks each of them against its data.
+    pub unflushed: usize,
     /// Index of the zone (0 or 1) the checkpoint came from.
     pub active: usize,
     pub last_seq: u64,
@@ -445,7 +514,8 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut newest = [None, None];
     for i in [0, 1] {
         if !superseded[i] {
-            newest[i] = newest_after(device, META_ZONES[i], reads[i].end)?;
+            let torn = reads[i].records.last().map_or(0, |r| r.seq + 1);
+            newest[i] = newest_after(device, META_ZONES[i], reads[i].end, torn)?;
         }
     }
     for (i, (zone, read)) in META_ZONES.iter().zip(reads).enumerate() {
@@ -509,6 +579,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     };
     let mut last_seq = records[0].seq;
     let mut transactions = Vec::new();
+    let mut unflushed = 0;
     for rec in &records[1..] {
         if rec.kind != RecordKind::Transaction || rec.seq != last_seq + 1 {
             return Err(Error::Corrupt(format!(
@@ -518,6 +589,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         }
         let ops: Vec<MetaOp> = postcard::from_bytes(&rec.payload)
             .map_err(|e| Error::Corrupt(format!("transaction {} does not decode: {e}", rec.seq)))?;
+        unflushed = (rec.unflushed as usize).min(transactions.len());
         transactions.push(ops);
         last_seq = rec.seq;
     }
@@ -525,6 +597,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         snapshot,
         carry,
         transactions,
+        unflushed,
         active,
         last_seq,
     }))
@@ -536,17 +609,54 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_rejects_flipped_bits() {
-        let rec = encode(RecordKind::Transaction, 42, b"hello", 4096);
+        let rec = encode(RecordKind::Transaction, 42, 300, b"hello", 4096);
         assert_eq!(rec.len(), 4096);
         let h = decode_header(&rec).unwrap();
         assert_eq!(
-            (h.kind, h.seq, h.payload_len),
-            (RecordKind::Transaction, 42, 5)
+            (h.kind, h.seq, h.unflushed, h.payload_len),
+            (RecordKind::Transaction, 42, 300, 5)
         );
-        for byte in [0, 4, 9, 17, 21, 25] {
+        for byte in [0, 4, 6, 9, 17, 21, 25] {
             let mut bad = rec.clone();
             bad[byte] ^= 0x10;
             assert!(decode_header(&bad).is_none(), "flip at {byte} accepted");
+        }
+    }
+
+    /// A power cut can keep a record written after a hand-off's and lose the hand-off's:
+    /// a valid record after a torn one is a torn tail when the torn one was among those not
+    /// yet flushed when the valid one was written, and damage otherwise.
+    #[test]
+    fn a_record_after_a_torn_one_is_damage_only_if_a_flush_covered_the_torn_one() {
+        use crate::device::{Geometry, MemoryDevice};
+        let geometry = Geometry {
+            zone_count: 4,
+            zone_size: 16 * 4096,
+            zone_capacity: 16 * 4096,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 4,
+        };
+        for (unflushed, damage) in [(0, true), (1, false), (2, false)] {
+            let device = MemoryDevice::new(geometry).unwrap();
+            let records = [
+                encode(RecordKind::Checkpoint, 1, 0, b"snapshot", 4096),
+                encode(RecordKind::Transaction, 2, 0, b"synced", 4096),
+                vec![0u8; 4096], // record 3, lost
+                encode(RecordKind::Transaction, 4, unflushed, b"kept", 4096),
+            ];
+            for (i, r) in records.iter().enumerate() {
+                device.write(0, i as u64 * 4096, r).unwrap();
+            }
+            let read = read_zone(&device, 0).unwrap();
+            assert_eq!(read.records.len(), 2);
+            assert_eq!(read.end, 2 * 4096);
+            let newest = newest_after(&device, 0, read.end, 3).unwrap();
+            assert_eq!(
+                newest.is_some(),
+                damage,
+                "unflushed {unflushed}: {newest:?}"
+            );
         }
     }
 

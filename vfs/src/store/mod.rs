@@ -10,7 +10,8 @@
 //! which GC, defragmentation and the deep fsck verify; [`mount`] recovery; [`fsck`] the
 //! invariant checker; [`inline`] small synced tails that travel in journal records until
 //! their window reaches a data zone; [`spin_lock`] how the store's lock is taken;
-//! [`writeback`] the thread that makes unsynced writes durable every few seconds.
+//! [`writeback`] the thread that hands unsynced writes to the host every second or so and
+//! makes them durable every few seconds.
 //!
 //! # Concurrency: who owns what
 //!
@@ -187,6 +188,11 @@ pub struct StoreConfig {
     /// a crash of the process or the host loses at most about this much; None: only syncs,
     /// closes and the unmount do (tests that count device flushes).
     pub writeback: Option<std::time::Duration>,
+    /// Hand what guests wrote and did not sync to the host this often ([`writeback`]):
+    /// written to the device and journaled, with no device flush. A process killed by
+    /// SIGKILL or the OOM killer then loses at most about this much (the host's page cache,
+    /// or the drive, holds it); a power cut still up to `writeback`. None: no hand-offs.
+    pub handoff: Option<std::time::Duration>,
 }
 
 impl Default for StoreConfig {
@@ -203,6 +209,7 @@ impl Default for StoreConfig {
             defrag_start_bytes: None,
             read_only: false,
             writeback: None,
+            handoff: None,
         }
     }
 }
@@ -354,6 +361,11 @@ struct Counters {
     /// Rounds of the periodic writeback that found something unsynced, and their time.
     writebacks: u64,
     writeback_ns: u64,
+    /// Hand-offs that found something to hand to the host, and their time.
+    handoffs: u64,
+    handoff_ns: u64,
+    /// Hand-off rounds run, with something to do or not.
+    handoff_rounds: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -572,7 +584,7 @@ impl Store {
     pub fn open(device: Arc<dyn ZonedDevice>, config: StoreConfig) -> Result<Store> {
         let placements = Arc::new(Placements::default());
         let read_only = config.read_only;
-        let writeback = config.writeback;
+        let (writeback, handoff) = (config.writeback, config.handoff);
         let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
         let pins = inner.pins.clone();
         let shared = Arc::new(Shared {
@@ -599,13 +611,14 @@ impl Store {
             shared: shared.clone(),
             user: false,
         });
-        if let Some(interval) = writeback {
+        if writeback.is_some() || handoff.is_some() {
             shared.writeback.start(
                 Store {
                     shared: shared.clone(),
                     user: false,
                 },
-                interval,
+                writeback,
+                handoff,
             );
         }
         let store = Store { shared, user: true };
@@ -801,12 +814,19 @@ impl Store {
                 self.shared.device.sync()?;
                 journal.checkpoint(&snapshot, &inline, CheckpointRoom::Running)?;
                 self.shared.device.sync()?;
+                journal.note_flushed();
                 journal.retire_previous()?;
                 syncs += 2;
                 measured = Some(at_snapshot);
             } else if let Some(record) = record {
                 journal.append_record(&record)?;
                 self.shared.device.sync()?;
+                journal.note_flushed();
+                syncs += 1;
+            } else if journal.unflushed() > 0 {
+                // What hand-offs journaled is durable only after a flush.
+                self.shared.device.sync()?;
+                journal.note_flushed();
                 syncs += 1;
             }
             let defrag = {
@@ -1713,6 +1733,9 @@ impl Inner {
             allocation_stalls: self.counters.allocation_stalls,
             writebacks: self.counters.writebacks,
             writeback_ns: self.counters.writeback_ns,
+            handoffs: self.counters.handoffs,
+            handoff_ns: self.counters.handoff_ns,
+            handoff_rounds: self.counters.handoff_rounds,
             checksum_failures: self.counters.checksum_failures,
             last_checksum_failure: self.counters.last_checksum_failure.clone(),
             zone_resets: self.counters.resets,

@@ -1,9 +1,11 @@
 //! Mounting: format a blank device, or recover one from its journal.
 //!
 //! Recovery takes the newest checkpoint and replays the transactions after it. The newest
-//! transaction is the only one whose device sync may not have completed, so its new
-//! extents are also checked against the crc32c they were written with; if any does not
-//! match, that transaction was never acknowledged and is dropped. The result is checked as
+//! transaction, and those before it that no completed flush covered when it was written
+//! (its `unflushed` count: records a hand-off wrote without a flush), may be on the device
+//! without their data, so their new extents are also checked against the crc32c they were
+//! written with, oldest first; the first that does not match was never acknowledged, and
+//! it and every transaction after it are dropped. The result is checked as
 //! fsck checks it (every extent below its zone's write pointer and in a zone of its
 //! tenant, no block claimed twice, a namespace that holds together), and a store that
 //! fails is refused before anything on it changes. The mount then resets zones that hold
@@ -92,18 +94,24 @@ pub(super) fn mount(
             for op in &rec.carry {
                 replay(&mut state, op, first_seq - 1)?;
             }
-            let mut txns = rec.transactions;
-            let last = txns.pop();
-            for (seq, ops) in (first_seq..).zip(&txns) {
+            let txns = rec.transactions;
+            // The newest transaction, and the ones before it that no flush had covered
+            // when it was written, may be on the device without their data.
+            let trusted = txns.len() - (rec.unflushed + 1).min(txns.len());
+            for (seq, ops) in (first_seq..).zip(&txns[..trusted]) {
                 for op in ops {
                     replay(&mut state, op, seq)?;
                 }
             }
-            if let Some(ops) = last {
-                let mut after = state.clone();
-                let applied = ops.iter().try_for_each(|op| after.apply(op));
-                if applied.is_ok() && reached_device(&after, &ops, &*device)? {
-                    state = after;
+            let kept = durable_prefix(
+                &state,
+                &txns[trusted..],
+                first_seq + trusted as u64,
+                &*device,
+            )?;
+            for (seq, ops) in (first_seq + trusted as u64..).zip(&txns[trusted..][..kept]) {
+                for op in ops {
+                    replay(&mut state, op, seq)?;
                 }
             }
             let journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
@@ -200,6 +208,7 @@ pub(super) fn mount(
     let (snapshot, carried) = (inner.state.snapshot(), inner.state.carried_ops());
     journal.checkpoint(&snapshot, &carried, CheckpointRoom::Mount)?;
     inner.device.sync()?;
+    journal.note_flushed();
     journal.retire_previous()?;
     inner.pending.clear();
     inner.unsynced_writes = false;
@@ -267,7 +276,50 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
     Ok(())
 }
 
-/// Whether the new extents of the newest transaction reached the device intact.
+/// How many of `txns` (the transactions after `state` not known durable, oldest first,
+/// the first numbered `first_seq`) to keep: up to the first whose new extents did not
+/// reach the device intact. That one's sync never completed (its flush would have made
+/// every earlier write durable too), and none after it was acknowledged either. The newest
+/// may also fail to apply (a commit whose sync never completed); an older one that does
+/// not apply is damage.
+///
+/// An extent in a zone that holds no live data once the kept transactions are applied is
+/// not checked: a later commit, or a mount that settled the same journal before a crash,
+/// may have reset that zone, and nothing kept refers to its data. Dropping a transaction
+/// can bring such a zone back to life, so the check starts over on the shorter prefix.
+fn durable_prefix(
+    state: &State,
+    txns: &[Vec<MetaOp>],
+    first_seq: u64,
+    device: &dyn ZonedDevice,
+) -> Result<usize> {
+    let mut kept = txns.len();
+    'prefix: loop {
+        let mut end = state.clone();
+        for (i, ops) in txns[..kept].iter().enumerate() {
+            if let Err(e) = ops.iter().try_for_each(|op| end.apply(op)) {
+                if i + 1 < txns.len() {
+                    let seq = first_seq + i as u64;
+                    return Err(Error::Corrupt(format!(
+                        "journal record {seq} does not apply: {e}"
+                    )));
+                }
+                kept = i;
+                continue 'prefix;
+            }
+        }
+        for (i, ops) in txns[..kept].iter().enumerate() {
+            if !reached_device(&end, ops, device)? {
+                kept = i;
+                continue 'prefix;
+            }
+        }
+        return Ok(kept);
+    }
+}
+
+/// Whether the new extents of a transaction reached the device intact, as far as `after`
+/// (the state the recovery would keep) still needs them.
 fn reached_device(after: &State, ops: &[MetaOp], device: &dyn ZonedDevice) -> Result<bool> {
     let bs = device.geometry().block_size as u64;
     for op in ops {

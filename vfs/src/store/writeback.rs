@@ -1,20 +1,33 @@
-//! Periodic writeback: what guests wrote and never synced reaches the device within
-//! [`StoreConfig::writeback`] (30 s under `valet-run`), as the kernel's flusher (dirty data
-//! older than 30 s by default) bounds what a native program loses when the host crashes.
+//! Periodic writeback: what guests wrote and never synced reaches the host within
+//! [`StoreConfig::handoff`] (1 s under `valet-run`) and the device's media within
+//! [`StoreConfig::writeback`] (30 s), as a native program's writes are in the page cache at
+//! once and the kernel's flusher writes dirty data older than 30 s back by default.
 //!
 //! Without it, unsynced data lived only in the store's buffers and pending metadata until
 //! a sync, a close or the unmount: a process killed by SIGKILL or the OOM killer, or a
 //! power cut, lost everything a guest had written since its last sync, however long ago,
 //! files created included. A program that never syncs (a cache, a log written with
-//! `sync=false`) could lose hours. With it, such a crash loses at most the last interval
-//! or so, like a crash of the host under Linux.
+//! `sync=false`) could lose hours.
 //!
-//! Each round, the thread takes every open file with bytes no sync covered and syncs it
-//! as an fsync would (small tails go inline in the journal, larger ones to their zones),
-//! then commits everything recorded, in one journal write and one device flush. It does
-//! nothing when nothing is unsynced. It is a store thread like the reclaimer (background
-//! priority, a non-user handle), stopped before the others when the store closes; a
-//! failure is left for the next sync of a guest to report (the commit marks the store).
+//! Two kinds of round, on one thread at background priority (a non-user handle, stopped
+//! before the store's other threads when it closes). Each does nothing when nothing is
+//! unsynced, and a failure is left for the next sync of a guest to report.
+//!
+//! - **A hand-off** writes every open zoned file's unsynced bytes to the device as an fsync
+//!   would (small tails inline in the journal, larger ones to their zones) and the pending
+//!   metadata as one journal record, and flushes nothing. The host's page cache (the
+//!   image) or the drive (zonefs, FDP) then holds all of it, so a killed process loses
+//!   nothing older than a hand-off: the next mount replays the record. A power cut can
+//!   lose any of it: each record says how many before it no flush had covered yet, and
+//!   recovery checks those against their data (see the store's mount and journal). Files of
+//!   the conventional area are left to the durable rounds: their bytes are in the host's
+//!   page cache as they are written, but journaling their sizes before their host files'
+//!   fsync could make a tail read as zeros after a power cut. Without the flush a hand-off
+//!   does not make the host write out the image's dirty pages at once, which a flush every
+//!   second would (the kernel's flusher does it at its own pace).
+//! - **A durable round** (every `writeback`) does the same for every file, the
+//!   conventional area included (an fsync of each dirty host file), then commits, in one
+//!   journal write and one device flush.
 //!
 //! [`StoreConfig::writeback`]: super::StoreConfig::writeback
 
@@ -24,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use super::commit::Asker;
 use super::{Error, Ino, Result, Store};
+use crate::hint::Class;
 
 /// The writeback thread and how to stop it, kept in the store.
 #[derive(Default)]
@@ -34,10 +48,12 @@ pub(super) struct Writeback {
 }
 
 impl Writeback {
-    /// Starts the thread; `store` is its own handle to the store.
-    pub fn start(&self, store: Store, interval: Duration) {
-        let thread = crate::background::spawn("valet-writeback", move || run(store, interval))
-            .expect("spawning the store's writeback thread");
+    /// Starts the thread; `store` is its own handle to the store. Durable rounds every
+    /// `writeback`, hand-offs every `handoff` in between.
+    pub fn start(&self, store: Store, writeback: Option<Duration>, handoff: Option<Duration>) {
+        let thread =
+            crate::background::spawn("valet-writeback", move || run(store, writeback, handoff))
+                .expect("spawning the store's writeback thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
     }
 
@@ -54,16 +70,113 @@ impl Writeback {
     }
 }
 
-fn run(store: Store, interval: Duration) {
-    while store.shared.writeback.rest(interval) {
+fn run(store: Store, writeback: Option<Duration>, handoff: Option<Duration>) {
+    let tick = match (writeback, handoff) {
+        (Some(w), Some(h)) => w.min(h),
+        (w, h) => w.or(h).unwrap_or(Duration::MAX),
+    };
+    let mut last_durable = Instant::now();
+    while store.shared.writeback.rest(tick) {
+        let durable = writeback.is_some_and(|w| last_durable.elapsed() >= w);
+        let round = match durable {
+            true => {
+                last_durable = Instant::now();
+                store.write_back()
+            }
+            false => store.hand_off(),
+        };
         // A failure stopped the store or failed a commit: the guests' next calls say so.
-        if store.write_back().is_err() {
+        if round.is_err() {
             return;
         }
     }
 }
 
 impl Store {
+    /// One hand-off, as the writeback thread makes every [`StoreConfig::handoff`]: writes
+    /// every open zoned file's unsynced bytes to the device, then the pending metadata as
+    /// one journal record, with no flush. Returns once they are written. A killed process
+    /// keeps all of it; a power cut may not (only a sync or a commit makes it durable).
+    ///
+    /// [`StoreConfig::handoff`]: super::StoreConfig::handoff
+    pub fn hand_off(&self) -> Result<()> {
+        let dirty: Vec<Ino> = {
+            let mut inner = self.lock()?;
+            inner.counters.handoff_rounds += 1;
+            let inner = inner;
+            let conventional = |ino: Ino| {
+                inner
+                    .state
+                    .inode(ino)
+                    .is_ok_and(|i| i.hint.class == Class::Conventional)
+            };
+            let dirty = inner
+                .open
+                .keys()
+                .copied()
+                .filter(|&ino| !inner.bytes_durable(ino) && !conventional(ino))
+                .collect();
+            if inner.pending.is_empty() && Vec::is_empty(&dirty) {
+                return Ok(());
+            }
+            dirty
+        };
+        let started = Instant::now();
+        for ino in dirty {
+            match self.sync_file(ino) {
+                // Closed and settled, or removed, since the list was taken.
+                Err(Error::NotFound | Error::BadHandle) => {}
+                other => other?,
+            }
+        }
+        let mut written = false;
+        self.shared
+            .commit
+            .hand_off(|| {
+                written = self.lead_hand_off().map_err(|e| e.to_string())?;
+                Ok(())
+            })
+            .map_err(Error::Stopped)?;
+        if !written {
+            // The journal zone is due for a checkpoint, which a commit writes.
+            self.commit_for(Asker::Store)?;
+        }
+        let mut inner = self.lock()?;
+        inner.counters.handoffs += 1;
+        inner.counters.handoff_ns += started.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// A hand-off's journal write, by the holder of the leader role: every pending
+    /// operation as one transaction, and no flush. Zone resets and the conventional area's
+    /// removals wait for a commit, which makes the record durable first. Returns false,
+    /// writing nothing, when a checkpoint is due instead.
+    fn lead_hand_off(&self) -> Result<bool> {
+        let mut journal = self.shared.commit.journal();
+        let mut inner = self.lock()?;
+        if inner.pending.is_empty() {
+            return Ok(true);
+        }
+        let record = journal.encode_transaction(&inner.pending)?;
+        let full = inner
+            .metadata_full_bytes()
+            .saturating_sub(inner.names_since_checkpoint);
+        if journal.checkpoint_due(&record, full)? {
+            return Ok(false);
+        }
+        // Taken under the store lock, with the journal's: no operation is recorded between
+        // the encoding and the take.
+        inner.pending.clear();
+        drop(inner);
+        if let Err(e) = journal.append_record(&record) {
+            journal.note_failure();
+            return Err(e);
+        }
+        let bytes = journal.bytes_written;
+        self.lock()?.meta_bytes = bytes;
+        Ok(true)
+    }
+
     /// One round: syncs every open file holding unsynced bytes, then commits whatever is
     /// recorded and not yet durable. Returns once it is durable.
     fn write_back(&self) -> Result<()> {
