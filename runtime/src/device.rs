@@ -24,7 +24,7 @@ pub const DEFAULT_WRITEBACK: Duration = Duration::from_secs(30);
 /// (`StoreConfig::handoff`: written and journaled, no flush), so that a killed process
 /// loses at most about this much, where a native program loses nothing its writes handed
 /// to the kernel.
-pub const DEFAULT_HANDOFF: Duration = Duration::from_secs(1);
+pub const DEFAULT_HANDOFF: Duration = Duration::from_secs(5);
 
 /// Where the store lives and how to create it.
 #[derive(Clone, Debug)]

@@ -229,7 +229,7 @@ struct DeviceArgs {
     /// device and journaled without a flush, so that valet-run killed by SIGKILL or the OOM
     /// killer loses at most about that much (a power cut still up to --writeback); `off`:
     /// only the --writeback rounds.
-    #[arg(long, default_value = "1s", value_name = "DURATION|off", value_parser = parse_writeback)]
+    #[arg(long, default_value = "5s", value_name = "DURATION|off", value_parser = parse_writeback)]
     handoff: Writeback,
 }
 

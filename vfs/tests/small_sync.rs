@@ -523,12 +523,12 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Waits until two hand-off rounds have ended since now, so that a whole round began
-/// after every write before this call.
+/// Waits until two hand-off rounds have ended since now: the first finds the files just
+/// written busy, the second hands them off (the third's start says the second ended).
 fn wait_for_handoffs(store: &Store) {
     let from = store.stats().handoff_rounds;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while store.stats().handoff_rounds < from + 2 {
+    while store.stats().handoff_rounds < from + 3 {
         assert!(std::time::Instant::now() < deadline, "no hand-off in 10 s");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

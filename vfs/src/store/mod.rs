@@ -431,6 +431,8 @@ struct Inner {
     conv: Option<ConventionalArea>,
     counters: Counters,
     tick: u64,
+    /// `tick` at the last hand-off: files used since were busy then (see [`writeback`]).
+    handoff_tick: u64,
     placements: Arc<Placements>,
     /// Placement events to deliver once the lock is released.
     events: Vec<Event>,

@@ -167,6 +167,7 @@ pub(super) fn mount(
         conv,
         counters: Counters::default(),
         tick: 0,
+        handoff_tick: 0,
         placements,
         events: Vec::new(),
         meta_bytes: 0,

@@ -103,19 +103,33 @@ impl Store {
         let dirty: Vec<Ino> = {
             let mut inner = self.lock()?;
             inner.counters.handoff_rounds += 1;
-            let inner = inner;
             let conventional = |ino: Ino| {
                 inner
                     .state
                     .inode(ino)
                     .is_ok_and(|i| i.hint.class == Class::Conventional)
             };
+            // A file written since the last round is being written now: handing its window
+            // off would hold its writer up for a device write (and on a busy machine for as
+            // long as this background thread waits for a core), and its full buffers reach
+            // the device anyway, each journaled by the next round. Its window waits for a
+            // pause, a sync or a close. One with buffers on their way to the device would
+            // have to wait for them too (a file's extents are mapped in the order its bytes
+            // were written).
+            let since = inner.handoff_tick;
+            let idle = |ino: &Ino| {
+                inner
+                    .open
+                    .get(ino)
+                    .is_some_and(|of| of.last_use <= since && of.inflight.is_empty())
+            };
             let dirty = inner
                 .open
                 .keys()
                 .copied()
-                .filter(|&ino| !inner.bytes_durable(ino) && !conventional(ino))
+                .filter(|&ino| !inner.bytes_durable(ino) && !conventional(ino) && idle(&ino))
                 .collect();
+            inner.handoff_tick = inner.tick;
             if inner.pending.is_empty() && Vec::is_empty(&dirty) {
                 return Ok(());
             }
@@ -153,21 +167,27 @@ impl Store {
     /// writing nothing, when a checkpoint is due instead.
     fn lead_hand_off(&self) -> Result<bool> {
         let mut journal = self.shared.commit.journal();
-        let mut inner = self.lock()?;
-        if inner.pending.is_empty() {
-            return Ok(true);
-        }
-        let record = journal.encode_transaction(&inner.pending)?;
-        let full = inner
-            .metadata_full_bytes()
-            .saturating_sub(inner.names_since_checkpoint);
+        // Taken under the store lock and encoded without it: a second's operations can be
+        // many, and the guests' writes need the lock meanwhile. Operations recorded from
+        // here on are newer, and go to the next record.
+        let (ops, full) = {
+            let mut inner = self.lock()?;
+            if inner.pending.is_empty() {
+                return Ok(true);
+            }
+            let full = inner
+                .metadata_full_bytes()
+                .saturating_sub(inner.names_since_checkpoint);
+            (std::mem::take(&mut inner.pending), full)
+        };
+        let record = journal.encode_transaction(&ops)?;
         if journal.checkpoint_due(&record, full)? {
+            // Back in front of the newer ones, for the commit that checkpoints.
+            let mut inner = self.lock()?;
+            let newer = std::mem::replace(&mut inner.pending, ops);
+            inner.pending.extend(newer);
             return Ok(false);
         }
-        // Taken under the store lock, with the journal's: no operation is recorded between
-        // the encoding and the take.
-        inner.pending.clear();
-        drop(inner);
         if let Err(e) = journal.append_record(&record) {
             journal.note_failure();
             return Err(e);
