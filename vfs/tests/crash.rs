@@ -70,6 +70,8 @@ fn config(dir: &Path) -> StoreConfig {
         defrag_start_bytes: Some(0),
         // Unsynced writes are written back every few operations, so kills land in that too.
         writeback: Some(Duration::from_millis(10)),
+        // And handed off in between (journal records with no flush behind them).
+        handoff: Some(Duration::from_millis(3)),
         ..Default::default()
     }
 }
