@@ -66,7 +66,9 @@
 //!   (`durable_dead`): a guest's sync wakes the reclaimer for that and returns, and never
 //!   waits behind a reset. A guest's sync that becomes leader first waits (no lock held, at
 //!   most half a commit's time and 1 ms) for the syncers of the last two commits, so that
-//!   syncers in closed loops share every flush.
+//!   syncers in closed loops share every flush. A hand-off ([`writeback`]) holds the leader
+//!   role for a journal write with no flush: it takes the pending operations and no resets,
+//!   and the next commit flushes whatever hand-offs wrote, even with nothing pending.
 //! - **GC** ([`gc`], [`reclaim`]): one pass at a time (`collecting` names its victim). The
 //!   reclaimer thread runs passes when free zones fall below the low watermark; an
 //!   allocation runs one itself only when no zone outside the reserve is left and no pass is

@@ -88,7 +88,8 @@ pub enum MetaOp {
         ino: Ino,
     },
     /// Maps `extent` at `file_block`; `crc` covers the extent's blocks as written, so
-    /// recovery can tell whether the data of the newest transaction reached the device.
+    /// recovery can tell whether the data of the transactions no flush is known to cover
+    /// reached the device.
     MapExtent {
         ino: Ino,
         file_block: u64,
