@@ -558,28 +558,16 @@ fn rm_frees_a_tenants_files_without_running_a_guest() {
     assert!(stdout(&out).ends_with("fsck: clean\n"));
 }
 
-/// `fs rm --admin`: a running `valet-run` removes files of a tenant that has no guest at
-/// once, and its own guest's files only when forced; each removal is durable when the
-/// command returns, and the store is clean after the process is killed.
-#[test]
-fn rm_through_the_admin_api_while_a_guest_runs() {
+/// `valet-run` on the store at `dev`, serving its admin API on `sock`, once its guest
+/// (write_then_wait) has written its three files and waits on stdin.
+fn guest_with_admin(dev: &Path, sock: &Path) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-
-    let tmp = tempfile::tempdir().unwrap();
-    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
-    new_store(&dev);
-    make_tree(&src);
-    assert_ok(&fs(
-        &dev,
-        &["import", "--tenant", "gone", src.to_str().unwrap(), "/"],
-    ));
-    let sock = tmp.path().join("admin.sock");
     let mut guest = valet_run()
         .arg("--device")
-        .arg(&dev)
+        .arg(dev)
         .arg("--admin")
-        .arg(&sock)
+        .arg(sock)
         .arg(valet_guests::WRITE_THEN_WAIT)
         .args(["--", "/data", "wait"])
         .stdin(Stdio::piped())
@@ -592,6 +580,24 @@ fn rm_through_the_admin_api_while_a_guest_runs() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line, "written\n");
+    guest
+}
+
+/// `fs rm --admin`: a running `valet-run` removes files of a tenant that has no guest at
+/// once, and its own guest's files only when forced; each removal is durable when the
+/// command returns, and the store is clean after the process is killed.
+#[test]
+fn rm_through_the_admin_api_while_a_guest_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, src) = (tmp.path().join("dev"), tmp.path().join("src"));
+    new_store(&dev);
+    make_tree(&src);
+    assert_ok(&fs(
+        &dev,
+        &["import", "--tenant", "gone", src.to_str().unwrap(), "/"],
+    ));
+    let sock = tmp.path().join("admin.sock");
+    let mut guest = guest_with_admin(&dev, &sock);
     let sock = sock.to_str().unwrap();
     let online = |args: &[&str]| {
         let all: Vec<&str> = ["rm", "--admin", sock]
@@ -661,8 +667,6 @@ fn rm_through_the_admin_api_while_a_guest_runs() {
 /// answer whole, the deep check of every live block while the guest holds its files.
 #[test]
 fn inspection_through_the_admin_api_while_a_guest_runs() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
     use valet_guests::content::unsynced_file;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -676,23 +680,7 @@ fn inspection_through_the_admin_api_while_a_guest_runs() {
         &["import", "--tenant", "big", src.to_str().unwrap(), "/"],
     ));
     let sock = tmp.path().join("admin.sock");
-    let mut guest = valet_run()
-        .arg("--device")
-        .arg(&dev)
-        .arg("--admin")
-        .arg(&sock)
-        .arg(valet_guests::WRITE_THEN_WAIT)
-        .args(["--", "/data", "wait"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(guest.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "written\n");
+    let mut guest = guest_with_admin(&dev, &sock);
     let sock = sock.to_str().unwrap();
     let online = |command: &str, args: &[&str]| {
         let all: Vec<&str> = [command, "--admin", sock]
