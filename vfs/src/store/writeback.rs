@@ -1,5 +1,5 @@
 //! Periodic writeback: what guests wrote and never synced reaches the host within
-//! [`StoreConfig::handoff`] (1 s under `valet-run`) and the device's media within
+//! [`StoreConfig::handoff`] (5 s under `valet-run`) and the device's media within
 //! [`StoreConfig::writeback`] (30 s), as a native program's writes are in the page cache at
 //! once and the kernel's flusher writes dirty data older than 30 s back by default.
 //!
@@ -13,9 +13,10 @@
 //! before the store's other threads when it closes). Each does nothing when nothing is
 //! unsynced, and a failure is left for the next sync of a guest to report.
 //!
-//! - **A hand-off** writes every open zoned file's unsynced bytes to the device as an fsync
-//!   would (small tails inline in the journal, larger ones to their zones) and the pending
-//!   metadata as one journal record, and flushes nothing. The host's page cache (the
+//! - **A hand-off** writes the unsynced bytes of every open zoned file not written since the
+//!   last round to the device as an fsync would (small tails inline in the journal, larger
+//!   ones to their zones) and the pending metadata as one journal record (the full buffers
+//!   of files being written included), and flushes nothing. The host's page cache (the
 //!   image) or the drive (zonefs, FDP) then holds all of it, so a killed process loses
 //!   nothing older than a hand-off: the next mount replays the record. A power cut can
 //!   lose any of it: each record says how many before it no flush had covered yet, and
