@@ -1,5 +1,5 @@
-//! The admin API's client, for `valet-run policy push|list` and `fs rm --admin`: a small HTTP/1.1 client, one
-//! request per connection, over TCP or a Unix socket.
+//! The admin API's client, for `valet-run policy push|list` and the `fs` commands with
+//! `--admin`: a small HTTP/1.1 client, one request per connection, over TCP or a Unix socket.
 //!
 //! Why not hyper's client (already in the tree through axum): an upload the server refuses
 //! from its headers alone (a wrong token, a module over the size limit) must come back as

@@ -11,7 +11,7 @@
 //! | --- | --- |
 //! | `PUT /policies/NAME` (body: module bytes) | validate, then load as NAME (201, or 400 with the reason) |
 //! | `PUT /tenants/TENANT/policy` (body: policy name) | make it TENANT's policy, atomically (200) |
-//! | `POST /tenants/TENANT/rm` (body: `{"path": "/db", "recursive": true, "force": false}`) | remove files of TENANT and sync (200 with what was removed; 409 while a guest of TENANT runs, unless forced; 404 for a tenant or path not there) |
+//! | `POST /tenants/TENANT/rm` (body: `{"path": "/db", "recursive": true, "force": false}`) | remove files of TENANT and commit the removal (200 with what was removed; 409 while a guest of TENANT runs, unless forced; 404 for a tenant or path not there) |
 //! | `GET /policies` | loaded policies: name, sha256, tenants using it |
 //! | `GET /tenants` | every tenant: id, name, names and bytes its files hold, guests running |
 //! | `GET /tenants/TENANT/ls?path=P&recursive=B` | `fs ls` of P, as text |

@@ -10,8 +10,8 @@
 //! which GC, defragmentation and the deep fsck verify; [`mount`] recovery; [`fsck`] the
 //! invariant checker; [`inline`] small synced tails that travel in journal records until
 //! their window reaches a data zone; [`spin_lock`] how the store's lock is taken;
-//! [`writeback`] the thread that hands unsynced writes to the host every second or so and
-//! makes them durable every few seconds.
+//! [`writeback`] the thread that hands unsynced writes to the host every few seconds and
+//! makes them durable every half minute (as configured).
 //!
 //! # Concurrency: who owns what
 //!

@@ -103,17 +103,12 @@ pub(super) fn mount(
                     replay(&mut state, op, seq)?;
                 }
             }
-            let kept = durable_prefix(
-                &state,
+            state = durable_prefix(
+                state,
                 &txns[trusted..],
                 first_seq + trusted as u64,
                 &*device,
             )?;
-            for (seq, ops) in (first_seq + trusted as u64..).zip(&txns[trusted..][..kept]) {
-                for op in ops {
-                    replay(&mut state, op, seq)?;
-                }
-            }
             let journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
             (state, journal)
         }
@@ -277,9 +272,9 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
     Ok(())
 }
 
-/// How many of `txns` (the transactions after `state` not known durable, oldest first,
-/// the first numbered `first_seq`) to keep: up to the first whose new extents did not
-/// reach the device intact. That one's sync never completed (its flush would have made
+/// `state` with the part of `txns` (the transactions after it not known durable, oldest
+/// first, the first numbered `first_seq`) that recovery keeps applied: up to the first
+/// whose new extents did not reach the device intact. That one's sync never completed (its flush would have made
 /// every earlier write durable too), and none after it was acknowledged either. The newest
 /// may also fail to apply (a commit whose sync never completed); an older one that does
 /// not apply is damage.
@@ -289,11 +284,11 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
 /// may have reset that zone, and nothing kept refers to its data. Dropping a transaction
 /// can bring such a zone back to life, so the check starts over on the shorter prefix.
 fn durable_prefix(
-    state: &State,
+    state: State,
     txns: &[Vec<MetaOp>],
     first_seq: u64,
     device: &dyn ZonedDevice,
-) -> Result<usize> {
+) -> Result<State> {
     let mut kept = txns.len();
     'prefix: loop {
         let mut end = state.clone();
@@ -315,7 +310,7 @@ fn durable_prefix(
                 continue 'prefix;
             }
         }
-        return Ok(kept);
+        return Ok(end);
     }
 }
 

@@ -95,8 +95,8 @@ fn run(store: Store, writeback: Option<Duration>, handoff: Option<Duration>) {
 
 impl Store {
     /// One hand-off, as the writeback thread makes every [`StoreConfig::handoff`]: writes
-    /// every open zoned file's unsynced bytes to the device, then the pending metadata as
-    /// one journal record, with no flush. Returns once they are written. A killed process
+    /// the unsynced bytes of every open zoned file not written since the last round to the
+    /// device, then the pending metadata as one journal record, with no flush. Returns once they are written. A killed process
     /// keeps all of it; a power cut may not (only a sync or a commit makes it durable).
     ///
     /// [`StoreConfig::handoff`]: super::StoreConfig::handoff
@@ -124,26 +124,20 @@ impl Store {
                     .get(ino)
                     .is_some_and(|of| of.last_use <= since && of.inflight.is_empty())
             };
-            let dirty = inner
+            let dirty: Vec<Ino> = inner
                 .open
                 .keys()
                 .copied()
                 .filter(|&ino| !inner.bytes_durable(ino) && !conventional(ino) && idle(&ino))
                 .collect();
             inner.handoff_tick = inner.tick;
-            if inner.pending.is_empty() && Vec::is_empty(&dirty) {
+            if inner.pending.is_empty() && dirty.is_empty() {
                 return Ok(());
             }
             dirty
         };
         let started = Instant::now();
-        for ino in dirty {
-            match self.sync_file(ino) {
-                // Closed and settled, or removed, since the list was taken.
-                Err(Error::NotFound | Error::BadHandle) => {}
-                other => other?,
-            }
-        }
+        self.sync_files(dirty)?;
         let mut written = false;
         self.shared
             .commit
@@ -198,6 +192,18 @@ impl Store {
         Ok(true)
     }
 
+    /// Writes the unsynced bytes of `inos` to the device as an fsync would, without a commit.
+    fn sync_files(&self, inos: Vec<Ino>) -> Result<()> {
+        for ino in inos {
+            match self.sync_file(ino) {
+                // Closed and settled, or removed, since the list was taken.
+                Err(Error::NotFound | Error::BadHandle) => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
     /// One round: syncs every open file holding unsynced bytes, then commits whatever is
     /// recorded and not yet durable. Returns once it is durable.
     fn write_back(&self) -> Result<()> {
@@ -215,13 +221,7 @@ impl Store {
             return Ok(());
         }
         let started = Instant::now();
-        for ino in dirty {
-            match self.sync_file(ino) {
-                // Closed and settled, or removed, since the list was taken.
-                Err(Error::NotFound | Error::BadHandle) => {}
-                other => other?,
-            }
-        }
+        self.sync_files(dirty)?;
         self.commit_for(Asker::Store)?;
         let mut inner = self.lock()?;
         inner.counters.writebacks += 1;
