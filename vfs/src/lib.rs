@@ -23,7 +23,9 @@ pub mod workload;
 
 pub use error::{Error, Result};
 pub use hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest};
-pub use stats::{PolicyStats, Stats, StreamStats, TenantStats};
+pub use stats::{
+    PolicyStats, Stats, StreamStats, SyncLatency, TenantStats, SYNC_LATENCY_BOUNDS_NS,
+};
 pub use store::{
     DirEntry, FileHandle, FileKind, FsckReport, Ino, Metadata, OpenOptions, Store, StoreConfig,
     TenantId,

@@ -40,6 +40,52 @@ pub struct PolicyStats {
     pub faults: u64,
 }
 
+/// Upper bounds, in nanoseconds, of the buckets of [`SyncLatency`]: from a sync with nothing
+/// to do (a few µs) past a flush of a slow disk (4 ms here) to a stalled device.
+pub const SYNC_LATENCY_BOUNDS_NS: [u64; 14] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
+/// How long one tenant's fsync/fdatasync calls took that succeeded, from the call to the
+/// data and metadata being durable (the wait for a group commit included): what its guest
+/// felt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SyncLatency {
+    pub tenant: u32,
+    pub name: String,
+    /// Syncs that took at most `SYNC_LATENCY_BOUNDS_NS[i]` and more than the bound before
+    /// (not cumulative); the last entry counts those over every bound.
+    pub buckets: Vec<u64>,
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+impl SyncLatency {
+    /// Counts one sync that took `ns`.
+    pub fn record(&mut self, ns: u64) {
+        if self.buckets.len() != SYNC_LATENCY_BOUNDS_NS.len() + 1 {
+            self.buckets = vec![0; SYNC_LATENCY_BOUNDS_NS.len() + 1];
+        }
+        let bucket = SYNC_LATENCY_BOUNDS_NS.partition_point(|&bound| bound < ns);
+        self.buckets[bucket] += 1;
+        self.count += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
+}
+
 /// The store's accounting, as exported (`--stats-json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -148,6 +194,9 @@ pub struct Stats {
     pub streams: Vec<StreamStats>,
     pub tenants: Vec<TenantStats>,
     pub policies: Vec<PolicyStats>,
+    /// Per tenant that synced since the mount.
+    #[serde(default)]
+    pub sync_latency: Vec<SyncLatency>,
 }
 
 /// `num / den`, 1.0 for an empty denominator.
@@ -156,5 +205,26 @@ pub(crate) fn ratio(num: u64, den: u64) -> f64 {
         1.0
     } else {
         num as f64 / den as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sync_is_counted_in_the_first_bucket_whose_bound_it_does_not_exceed() {
+        let mut latency = SyncLatency::default();
+        for ns in [1, 10_000, 10_001, 4_000_000, 20_000_000_000] {
+            latency.record(ns);
+        }
+        let mut want = vec![0; SYNC_LATENCY_BOUNDS_NS.len() + 1];
+        want[0] = 2; // 1 ns and exactly 10 µs
+        want[1] = 1; // just over 10 µs
+        want[8] = 1; // 4 ms: over 2.5 ms, at most 5 ms
+        want[14] = 1; // over the last bound
+        assert_eq!(latency.buckets, want);
+        assert_eq!(latency.count, 5);
+        assert_eq!(latency.sum_ns, 20_004_020_002);
     }
 }

@@ -360,6 +360,48 @@ fn a_lone_syncer_never_waits_for_others() {
     );
 }
 
+/// Each tenant's syncs are timed from the call to durability: with flushes slowed to 30 ms,
+/// every sync of the tenant that synced lands in a bucket over 25 ms, and the tenant that
+/// only wrote has no syncs counted.
+#[test]
+fn sync_latency_is_counted_per_tenant_as_the_guest_felt_it() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, syncing) = store.tenant("syncing").unwrap();
+    let (_, writing) = store.tenant("writing").unwrap();
+    dev.sync_delay_ms.store(30, Ordering::SeqCst);
+    let f = store
+        .open_file(syncing, "log", OpenOptions::create())
+        .unwrap();
+    for round in 0..3u64 {
+        f.write_at(&[1; 430], round * 430).unwrap();
+        f.sync_data().unwrap();
+    }
+    let g = store
+        .open_file(writing, "data", OpenOptions::create())
+        .unwrap();
+    g.write_at(&[2; 4096], 0).unwrap();
+    let stats = store.stats();
+    assert_eq!(stats.sync_latency.len(), 1, "{:?}", stats.sync_latency);
+    let latency = &stats.sync_latency[0];
+    assert_eq!(latency.name, "syncing");
+    assert_eq!(latency.count, 3);
+    assert!(latency.sum_ns >= 3 * 30_000_000, "{latency:?}");
+    let at_most_25ms = valet_vfs::SYNC_LATENCY_BOUNDS_NS
+        .iter()
+        .take_while(|&&bound| bound <= 25_000_000)
+        .count();
+    assert_eq!(
+        latency.buckets.len(),
+        valet_vfs::SYNC_LATENCY_BOUNDS_NS.len() + 1
+    );
+    assert_eq!(
+        latency.buckets[at_most_25ms..].iter().sum::<u64>(),
+        3,
+        "{latency:?}"
+    );
+}
+
 /// A sync or close waits for its own file's changes only: closing a file whose data is
 /// durable costs no flush while another file is dirty, and a file's sync still makes it
 /// (and everything recorded before it) durable.

@@ -122,12 +122,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::device::{ZoneId, ZonedDevice};
 use crate::hint::{Class, DefaultPlacement, Hint, OpenReason, Placement};
 use crate::resolver::ZnsHead;
-use crate::stats::{ratio, Stats, StreamStats, TenantStats};
+use crate::stats::{ratio, Stats, StreamStats, SyncLatency, TenantStats};
 use crate::{Error, Result};
 
 use buffer::{BufferPool, Detached, Window};
@@ -368,6 +368,8 @@ struct Counters {
     handoff_ns: u64,
     /// Hand-off rounds run, with something to do or not.
     handoff_rounds: u64,
+    /// The time of each tenant's successful syncs.
+    sync_latency: BTreeMap<TenantId, SyncLatency>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1428,11 +1430,15 @@ impl FileHandle {
 
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
+        let start = Instant::now();
         self.store.lock()?.handle(self.id)?;
         self.store.sync_file(self.ino)?;
         self.store.commit_inode(self.ino)?;
+        let took = start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
         let defrag = self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
+            let latency = inner.counters.sync_latency.entry(tenant).or_default();
+            latency.record(took);
             let path = inner.state.any_path(self.ino);
             inner.events.push(Event::Synced { tenant, path });
             Ok(inner.defrag_needed())
@@ -1787,6 +1793,13 @@ impl Inner {
                 name: placement.name(),
                 decisions: placement.decisions(),
                 faults: placement.faults(),
+            });
+        }
+        for (&tenant, latency) in &self.counters.sync_latency {
+            stats.sync_latency.push(SyncLatency {
+                tenant,
+                name: names(tenant),
+                ..latency.clone()
             });
         }
         stats.waf = ratio(stats.device_bytes, stats.host_bytes);
