@@ -9,6 +9,7 @@ pub mod device;
 pub mod fs_cmd;
 pub mod host;
 pub mod inspect;
+pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod policy_clock;

@@ -79,6 +79,10 @@ struct NodeArgs {
     /// IP:PORT or a Unix socket path.
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
+
+    /// Serve Prometheus metrics (GET /metrics, read-only, no token) on IP:PORT.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// Running guests (the command without a subcommand).
@@ -96,6 +100,11 @@ struct RunArgs {
     /// a Unix socket path; its token is written to DEVICE/admin.token.
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
+
+    /// Serve Prometheus metrics (GET /metrics: the store's counters, each tenant's sync
+    /// latency; read-only, no token) on IP:PORT.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<std::net::SocketAddr>,
 
     /// Record every placement call and file event as a JSON-lines trace.
     #[arg(long, value_name = "FILE")]
@@ -343,6 +352,7 @@ fn run(cli: Cli) -> Result<u8> {
                 device: args.device.spec()?,
                 socket: args.socket,
                 admin: args.admin,
+                metrics: args.metrics,
             })?;
             Ok(0)
         }
@@ -413,6 +423,10 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             server.addr,
             server.token_path.display()
         );
+    }
+    if let Some(addr) = cli.metrics {
+        let addr = valet_runtime::metrics::serve(addr, registry.clone())?;
+        eprintln!("valet-run: metrics on http://{addr}/metrics");
     }
     let code = if cli.tenants.is_some() {
         let exits = tenants::run(&store, &registry, &tenant_list, &stops)?;

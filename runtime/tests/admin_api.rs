@@ -150,3 +150,120 @@ fn remove_refuses_bad_requests_with_their_reason() {
     assert!(store.read_dir(root).unwrap().is_empty());
     assert!(store.fsck().unwrap().is_clean());
 }
+
+/// The value of the sample of `text` (a Prometheus exposition) whose name and labels are
+/// `series`, e.g. `valet_tenant_guests{tenant="db"}`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// `GET /metrics` of the metrics listener: no token, the store's counters, each tenant's
+/// guests and sync latency, as a Prometheus exposition.
+#[test]
+fn metrics_are_served_without_a_token_and_count_what_tenants_did() {
+    let store = store();
+    let registry = Registry::new(store.clone(), 8, Limits::default()).unwrap();
+    let addr =
+        valet_runtime::metrics::serve("127.0.0.1:0".parse().unwrap(), registry.clone()).unwrap();
+    let (_, root) = store.tenant("db").unwrap();
+    store.tenant("idle").unwrap();
+    let _guest = registry.guest_running("db");
+    let f = store.open_file(root, "log", OpenOptions::create()).unwrap();
+    for i in 0..5u64 {
+        f.write_at(&[7; 1000], i * 1000).unwrap();
+        f.sync_data().unwrap();
+    }
+    let (code, body) = client::request(&AdminAddr::Tcp(addr), "", "GET", "/metrics", b"").unwrap();
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(code, 200, "{text}");
+    assert_eq!(
+        sample(&text, "valet_tenant_host_bytes_total{tenant=\"db\"}"),
+        5000.0
+    );
+    assert_eq!(sample(&text, "valet_host_bytes_total"), 5000.0);
+    assert_eq!(sample(&text, "valet_tenant_guests{tenant=\"db\"}"), 1.0);
+    assert_eq!(sample(&text, "valet_tenant_guests{tenant=\"idle\"}"), 0.0);
+    assert_eq!(sample(&text, "valet_tenant_names{tenant=\"db\"}"), 1.0);
+    assert_eq!(
+        sample(&text, "valet_sync_duration_seconds_count{tenant=\"db\"}"),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "valet_sync_duration_seconds_bucket{tenant=\"db\",le=\"+Inf\"}"
+        ),
+        5.0
+    );
+    assert!(!text.contains("valet_sync_duration_seconds_count{tenant=\"idle\"}"));
+    assert!(sample(&text, "valet_device_flushes_total") >= 1.0);
+    let (code, _) = client::request(&AdminAddr::Tcp(addr), "", "GET", "/stats", b"").unwrap();
+    assert_eq!(code, 404, "the metrics listener serves nothing else");
+}
+
+/// `valet-run --metrics`: a running guest's writes and syncs are there to scrape.
+#[test]
+fn valet_run_serves_metrics_while_its_guest_runs() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut guest = Command::new(env!("CARGO_BIN_EXE_valet-run"))
+        .arg("--device")
+        .arg(tmp.path().join("dev"))
+        .args(["--metrics", "127.0.0.1:0"])
+        .arg(valet_guests::WRITE_THEN_WAIT)
+        .args(["--", "/data", "sync"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(guest.stderr.take().unwrap());
+    let mut seen = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "no address in: {seen}"
+        );
+        let found = line
+            .trim()
+            .strip_prefix("valet-run: metrics on http://")
+            .and_then(|l| l.strip_suffix("/metrics"))
+            .map(str::to_string);
+        seen.push_str(&line);
+        if let Some(addr) = found {
+            break addr;
+        }
+    };
+    let mut stdout = BufReader::new(guest.stdout.take().unwrap());
+    let mut out = String::new();
+    while !out.ends_with("synced\n") {
+        assert!(stdout.read_line(&mut out).unwrap() > 0, "{out}");
+    }
+    let addr = AdminAddr::Tcp(addr.parse().unwrap());
+    let (code, body) = client::request(&addr, "", "GET", "/metrics", b"").unwrap();
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(code, 200, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "valet_sync_duration_seconds_count{tenant=\"default\"}"
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(&text, "valet_tenant_guests{tenant=\"default\"}"),
+        1.0
+    );
+    assert!(sample(&text, "valet_tenant_host_bytes_total{tenant=\"default\"}") > 0.0);
+    drop(guest.stdin.take());
+    let status = guest.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status}: {rest}");
+}

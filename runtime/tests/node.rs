@@ -87,6 +87,7 @@ fn start_agent_with(zones: u32, admin: Option<String>) -> Fixture {
             },
             socket: f.socket.clone(),
             admin,
+            metrics: None,
         };
         std::thread::spawn(move || node::serve(config).expect("the agent"));
         wait_for_agent(&f.socket);

@@ -243,6 +243,11 @@ impl Registry {
         self.guests.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many guests of each tenant run now (tenants with none may be left out).
+    pub fn guests_running(&self) -> BTreeMap<String, usize> {
+        self.lock_guests().clone()
+    }
+
     /// Counts a guest of `tenant` as running until the mark is dropped (waits while a
     /// removal runs).
     pub fn guest_running(self: &Arc<Self>, tenant: &str) -> RunningGuest {

@@ -95,6 +95,8 @@ pub struct NodeConfig {
     pub socket: PathBuf,
     /// Serve the admin API here too (upload policies that pods then name).
     pub admin: Option<String>,
+    /// Serve Prometheus metrics here (see [`crate::metrics`]).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// The agent's shared state.
@@ -183,6 +185,10 @@ pub fn serve(config: NodeConfig) -> Result<()> {
             registry.clone(),
         )?;
         eprintln!("valet-run node: admin API on {}", server.addr);
+    }
+    if let Some(addr) = config.metrics {
+        let addr = crate::metrics::serve(addr, registry.clone())?;
+        eprintln!("valet-run node: metrics on http://{addr}/metrics");
     }
     let listener = bind(&config.socket)?;
     eprintln!(

@@ -5,11 +5,12 @@
 //! Usage: write_then_wait DIR MODE
 //!
 //! Writes `content::unsynced_file(i)` to `DIR/unsynced-i.dat` for i in 0..3 (the last one
-//! small enough to stay in a write buffer) and never syncs or closes them. Prints `written`,
-//! then with MODE `wait` reads stdin to its end (a guest blocked in a WASI call), with
-//! `spin` computes forever (a guest that makes no WASI call at all), with `append` appends
-//! `content::record(n)` for n = 0, 1, 2, ... to `DIR/records.dat` forever (a guest in the
-//! middle of writing when it is stopped).
+//! small enough to stay in a write buffer) and never closes them. Prints `written`, then
+//! with MODE `wait` reads stdin to its end (a guest blocked in a WASI call), with `sync`
+//! first fdatasyncs the three files and prints `synced`, then waits as `wait` does (the
+//! guest of the metrics test), with `spin` computes forever (a guest that makes no WASI
+//! call at all), with `append` appends `content::record(n)` for n = 0, 1, 2, ... to
+//! `DIR/records.dat` forever (a guest in the middle of writing when it is stopped).
 
 use std::io::{Read, Write};
 
@@ -28,8 +29,15 @@ fn main() {
     }
     println!("written");
     std::io::stdout().flush().expect("stdout");
+    if mode == "sync" {
+        for f in &files {
+            f.sync_data().expect("fdatasync");
+        }
+        println!("synced");
+        std::io::stdout().flush().expect("stdout");
+    }
     match mode {
-        "wait" => {
+        "wait" | "sync" => {
             let mut all = Vec::new();
             std::io::stdin().read_to_end(&mut all).expect("stdin");
         }
