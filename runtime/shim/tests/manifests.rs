@@ -82,6 +82,22 @@ fn runtime_class_daemonset_and_pod_fit_together() {
         ds["spec"]["selector"]["matchLabels"],
         ds["spec"]["template"]["metadata"]["labels"]
     );
+    // The metrics address parses, and its port is the one the pod and its scrape
+    // annotation name.
+    let metrics = command[command.iter().position(|a| *a == "--metrics").unwrap() + 1];
+    let metrics: std::net::SocketAddr = metrics.parse().unwrap();
+    let port = agent["ports"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some("metrics"))
+        .expect("a port named metrics");
+    assert_eq!(port["containerPort"].as_i64(), Some(metrics.port().into()));
+    let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(
+        str_at(annotations, &["prometheus.io/port"]),
+        metrics.port().to_string()
+    );
 
     let pod = yaml("pod.yaml");
     assert_eq!(str_at(&pod, &["kind"]), "Pod");
