@@ -16,13 +16,14 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use valet_vfs::{Stats, SYNC_LATENCY_BOUNDS_NS};
+use valet_vfs::{PolicyStats, Stats, StreamStats, TenantId, TenantStats, SYNC_LATENCY_BOUNDS_NS};
 
 use crate::admin::Registry;
 
 /// What a scrape reports of each tenant beyond the store's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TenantGauges {
+    pub id: TenantId,
     pub name: String,
     /// Names in its tree (kept as they change: no walk).
     pub names: u64,
@@ -67,6 +68,7 @@ pub fn scrape(registry: &Registry) -> String {
         .tenants()
         .into_iter()
         .map(|(id, name, _)| TenantGauges {
+            id,
             names: store.tenant_entries(id).unwrap_or(0),
             guests: guests.get(&name).copied().unwrap_or(0),
             name,
@@ -75,220 +77,248 @@ pub fn scrape(registry: &Registry) -> String {
     render(&store.stats(), &tenants)
 }
 
+/// A family of samples of `T`: name, type, help text, and each sample's value.
+type Family<'a, T> = (&'a str, &'a str, &'a str, fn(&T) -> f64);
+
 /// The text exposition format (version 0.0.4) of `stats` and `tenants`.
 pub fn render(stats: &Stats, tenants: &[TenantGauges]) -> String {
     let mut out = Exposition::default();
-    let seconds = |ns: u64| ns as f64 / 1e9;
-
-    for (name, help, value) in [
+    let store: &[Family<Stats>] = &[
         (
             "valet_host_bytes_total",
+            "counter",
             "Bytes guests wrote to zoned files.",
-            stats.host_bytes,
+            |s| s.host_bytes as f64,
         ),
         (
             "valet_device_bytes_total",
+            "counter",
             "Bytes written to data zones: extents padded to blocks, and GC copies.",
-            stats.device_bytes,
+            |s| s.device_bytes as f64,
         ),
         (
             "valet_gc_bytes_moved_total",
+            "counter",
             "Bytes GC copied out of zones it reclaimed.",
-            stats.gc_bytes_moved,
+            |s| s.gc_bytes_moved as f64,
         ),
         (
             "valet_metadata_bytes_total",
+            "counter",
             "Bytes of journal records and checkpoints.",
-            stats.meta_bytes,
+            |s| s.meta_bytes as f64,
         ),
         (
             "valet_conventional_bytes_total",
+            "counter",
             "Bytes written to conventional-area files (host files, not zones).",
-            stats.conventional_bytes,
+            |s| s.conventional_bytes as f64,
         ),
-        ("valet_zone_resets_total", "Zones reset.", stats.zone_resets),
+        ("valet_zone_resets_total", "counter", "Zones reset.", |s| {
+            s.zone_resets as f64
+        }),
         (
             "valet_zone_finishes_total",
+            "counter",
             "Zones finished.",
-            stats.zone_finishes,
+            |s| s.zone_finishes as f64,
         ),
         (
             "valet_device_flushes_total",
+            "counter",
             "Device cache flushes.",
-            stats.device_syncs,
+            |s| s.device_syncs as f64,
         ),
         (
             "valet_group_commits_total",
+            "counter",
             "Commits run, each one journal write and one flush at most.",
-            stats.group_commits,
+            |s| s.group_commits as f64,
         ),
         (
             "valet_syncs_joined_total",
+            "counter",
             "Syncs made durable by a commit another one led.",
-            stats.syncs_joined,
+            |s| s.syncs_joined as f64,
         ),
         (
             "valet_buffer_waits_total",
+            "counter",
             "Writes that waited for a write buffer (back-pressure).",
-            stats.buffer_waits,
+            |s| s.buffer_waits as f64,
+        ),
+        (
+            "valet_buffer_wait_seconds_total",
+            "counter",
+            "Time writes waited for a write buffer.",
+            |s| seconds(s.buffer_wait_ns),
         ),
         (
             "valet_background_flushes_total",
+            "counter",
             "Full write buffers written by the background writer.",
-            stats.background_flushes,
+            |s| s.background_flushes as f64,
         ),
         (
             "valet_inline_syncs_total",
+            "counter",
             "Syncs whose small tail went into the journal record.",
-            stats.inline_syncs,
+            |s| s.inline_syncs as f64,
+        ),
+        (
+            "valet_gc_reclaimer_passes_total",
+            "counter",
+            "GC passes the background reclaimer ran.",
+            |s| s.gc_background_passes as f64,
+        ),
+        (
+            "valet_gc_allocation_passes_total",
+            "counter",
+            "GC passes run on an allocating call (the device full, or the reclaimer behind).",
+            |s| s.gc_foreground_passes as f64,
         ),
         (
             "valet_defrag_bytes_moved_total",
+            "counter",
             "Bytes copied to make fragmented files' extents fewer.",
-            stats.defrag_bytes_moved,
+            |s| s.defrag_bytes_moved as f64,
+        ),
+        (
+            "valet_defrag_passes_total",
+            "counter",
+            "Defragmentation passes (by the reclaimer, on syncs, on flushes).",
+            |s| (s.defrag_passes + s.defrag_sync_passes + s.defrag_flush_passes) as f64,
         ),
         (
             "valet_allocation_stalls_total",
+            "counter",
             "Allocations that waited 10 s for room (each one a stall a guest felt).",
-            stats.allocation_stalls,
+            |s| s.allocation_stalls as f64,
         ),
         (
             "valet_writebacks_total",
+            "counter",
             "Periodic writeback rounds that made unsynced writes durable.",
-            stats.writebacks,
-        ),
-        (
-            "valet_handoffs_total",
-            "Hand-offs of unsynced writes to the device, with no flush.",
-            stats.handoffs,
-        ),
-        (
-            "valet_checksum_failures_total",
-            "Written units whose data did not match its checksum when read back.",
-            stats.checksum_failures,
-        ),
-    ] {
-        out.family(name, "counter", help);
-        out.sample(name, &[], value);
-    }
-    for (name, help, ns) in [
-        (
-            "valet_buffer_wait_seconds_total",
-            "Time writes waited for a write buffer.",
-            stats.buffer_wait_ns,
+            |s| s.writebacks as f64,
         ),
         (
             "valet_writeback_seconds_total",
+            "counter",
             "Time the writeback rounds took.",
-            stats.writeback_ns,
+            |s| seconds(s.writeback_ns),
+        ),
+        (
+            "valet_handoffs_total",
+            "counter",
+            "Hand-offs of unsynced writes to the device, with no flush.",
+            |s| s.handoffs as f64,
         ),
         (
             "valet_handoff_seconds_total",
+            "counter",
             "Time the hand-offs took.",
-            stats.handoff_ns,
+            |s| seconds(s.handoff_ns),
         ),
-    ] {
-        out.family(name, "counter", help);
-        out.sample(name, &[], seconds(ns));
-    }
-    let name = "valet_gc_passes_total";
-    out.family(
-        name,
-        "counter",
-        "GC passes, by the reclaimer or on an allocating call.",
-    );
-    out.sample(name, &[("by", "reclaimer")], stats.gc_background_passes);
-    out.sample(name, &[("by", "allocation")], stats.gc_foreground_passes);
-
-    for (name, help, value) in [
-        ("valet_zones", "Zones of the device.", stats.zones as f64),
+        (
+            "valet_checksum_failures_total",
+            "counter",
+            "Written units whose data did not match its checksum when read back.",
+            |s| s.checksum_failures as f64,
+        ),
+        ("valet_zones", "gauge", "Zones of the device.", |s| {
+            s.zones.into()
+        }),
         (
             "valet_free_zones",
+            "gauge",
             "Zones empty and ready to write.",
-            stats.free_zones as f64,
+            |s| s.free_zones.into(),
         ),
         (
             "valet_zone_capacity_bytes",
+            "gauge",
             "Writable bytes of a zone.",
-            stats.zone_capacity as f64,
+            |s| s.zone_capacity as f64,
         ),
         (
             "valet_live_bytes",
+            "gauge",
             "Bytes of valid data on the device.",
-            stats.live_bytes as f64,
+            |s| s.live_bytes as f64,
         ),
         (
             "valet_write_amplification",
+            "gauge",
             "Device bytes per host byte since the mount.",
-            stats.waf,
+            |s| s.waf,
         ),
         (
             "valet_write_amplification_with_metadata",
+            "gauge",
             "Device and metadata bytes per host byte since the mount.",
-            stats.waf_with_meta,
+            |s| s.waf_with_meta,
         ),
-    ] {
-        out.family(name, "gauge", help);
-        out.sample(name, &[], value);
-    }
+    ];
+    out.families(store, std::slice::from_ref(stats), |_| vec![]);
 
-    let name = "valet_tenant_names";
-    out.family(
-        name,
-        "gauge",
-        "Names (files, directories, links) in a tenant's tree.",
-    );
-    for t in tenants {
-        out.sample(name, &[("tenant", &t.name)], t.names);
-    }
-    let name = "valet_tenant_guests";
-    out.family(name, "gauge", "A tenant's guests running now.");
-    for t in tenants {
-        out.sample(name, &[("tenant", &t.name)], t.guests);
-    }
-    type TenantValue = fn(&valet_vfs::TenantStats) -> u64;
-    let per_tenant: [(&str, &str, TenantValue); 4] = [
+    let gauges: &[Family<TenantGauges>] = &[
+        (
+            "valet_tenant_names",
+            "gauge",
+            "Names (files, directories, links) in a tenant's tree.",
+            |t| t.names as f64,
+        ),
+        (
+            "valet_tenant_guests",
+            "gauge",
+            "A tenant's guests running now.",
+            |t| t.guests as f64,
+        ),
+    ];
+    out.families(gauges, tenants, |t| vec![("tenant", t.name.clone())]);
+
+    let per_tenant: &[Family<TenantStats>] = &[
         (
             "valet_tenant_host_bytes_total",
+            "counter",
             "Bytes a tenant's guests wrote to zoned files.",
-            |t| t.host_bytes,
+            |t| t.host_bytes as f64,
         ),
         (
             "valet_tenant_device_bytes_total",
+            "counter",
             "Bytes written to a tenant's zones.",
-            |t| t.device_bytes,
+            |t| t.device_bytes as f64,
         ),
         (
             "valet_tenant_gc_bytes_moved_total",
+            "counter",
             "Bytes GC copied of a tenant's data.",
-            |t| t.gc_bytes_moved,
+            |t| t.gc_bytes_moved as f64,
         ),
         (
             "valet_tenant_conventional_bytes_total",
+            "counter",
             "Bytes a tenant's guests wrote to conventional-area files.",
-            |t| t.conventional_bytes,
+            |t| t.conventional_bytes as f64,
         ),
     ];
-    for (name, help, value) in per_tenant {
-        out.family(name, "counter", help);
-        for t in &stats.tenants {
-            out.sample(name, &[("tenant", &t.name)], value(t));
-        }
-    }
+    out.families(per_tenant, &stats.tenants, |t| {
+        vec![("tenant", t.name.clone())]
+    });
 
-    type StreamValue = fn(&valet_vfs::StreamStats) -> u64;
-    let per_stream: [(&str, &str, &str, StreamValue); 3] = [
+    let per_stream: &[Family<StreamStats>] = &[
         (
             "valet_stream_host_bytes_total",
             "counter",
             "Bytes a tenant's guests wrote to files of a stream.",
-            |s| s.host_bytes,
+            |s| s.host_bytes as f64,
         ),
         (
             "valet_stream_device_bytes_total",
             "counter",
             "Bytes written to a stream's zones.",
-            |s| s.device_bytes,
+            |s| s.device_bytes as f64,
         ),
         (
             "valet_stream_zones",
@@ -297,48 +327,45 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges]) -> String {
             |s| s.zones.into(),
         ),
     ];
-    for (name, kind, help, value) in per_stream {
-        out.family(name, kind, help);
-        for s in &stats.streams {
-            let stream = s.stream.to_string();
-            let labels = [
-                ("tenant", s.tenant_name.as_str()),
-                ("stream", stream.as_str()),
-            ];
-            out.sample(name, &labels, value(s));
-        }
-    }
+    out.families(per_stream, &stats.streams, |s| {
+        vec![
+            ("tenant", s.tenant_name.clone()),
+            ("stream", s.stream.to_string()),
+        ]
+    });
 
-    let tenant_name = |id: u32| {
-        stats
-            .tenants
-            .iter()
-            .find(|t| t.tenant == id)
-            .map(|t| t.name.clone())
-            .or_else(|| tenants.get(id as usize).map(|t| t.name.clone()))
-            .unwrap_or_else(|| id.to_string())
-    };
-    type PolicyValue = fn(&valet_vfs::PolicyStats) -> u64;
-    let per_policy: [(&str, &str, PolicyValue); 2] = [
+    let per_policy: &[Family<PolicyStats>] = &[
         (
             "valet_policy_decisions_total",
+            "counter",
             "Placement decisions of a tenant's policy.",
-            |p| p.decisions,
+            |p| p.decisions as f64,
         ),
         (
             "valet_policy_faults_total",
+            "counter",
             "Policy calls that trapped, timed out or answered nonsense (the default decided).",
-            |p| p.faults,
+            |p| p.faults as f64,
         ),
     ];
-    for (name, help, value) in per_policy {
-        out.family(name, "counter", help);
-        for p in &stats.policies {
-            let tenant = tenant_name(p.tenant);
-            let labels = [("tenant", tenant.as_str()), ("policy", p.name.as_str())];
-            out.sample(name, &labels, value(p));
-        }
-    }
+    let tenant_name = |id: TenantId| {
+        let gauges = tenants.iter().find(|t| t.id == id).map(|t| &t.name);
+        let counted = stats
+            .tenants
+            .iter()
+            .find(|t| t.tenant == id)
+            .map(|t| &t.name);
+        gauges
+            .or(counted)
+            .cloned()
+            .unwrap_or_else(|| id.to_string())
+    };
+    out.families(per_policy, &stats.policies, |p| {
+        vec![
+            ("tenant", tenant_name(p.tenant)),
+            ("policy", p.name.clone()),
+        ]
+    });
 
     let name = "valet_sync_duration_seconds";
     out.family(
@@ -347,30 +374,27 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges]) -> String {
         "Time of a tenant's successful fsync and fdatasync calls, to durable.",
     );
     for latency in &stats.sync_latency {
-        let tenant = [("tenant", latency.name.as_str())];
+        let tenant = ("tenant", latency.name.as_str());
         let mut cumulative = 0;
         for (i, bound) in SYNC_LATENCY_BOUNDS_NS.iter().enumerate() {
             cumulative += latency.buckets.get(i).copied().unwrap_or(0);
             let le = seconds(*bound).to_string();
             out.sample(
-                "valet_sync_duration_seconds_bucket",
-                &[tenant[0], ("le", &le)],
-                cumulative,
+                &format!("{name}_bucket"),
+                &[tenant, ("le", &le)],
+                cumulative as f64,
             );
         }
-        out.sample(
-            "valet_sync_duration_seconds_bucket",
-            &[tenant[0], ("le", "+Inf")],
-            latency.count,
-        );
-        out.sample(
-            "valet_sync_duration_seconds_sum",
-            &tenant,
-            seconds(latency.sum_ns),
-        );
-        out.sample("valet_sync_duration_seconds_count", &tenant, latency.count);
+        let count = latency.count as f64;
+        out.sample(&format!("{name}_bucket"), &[tenant, ("le", "+Inf")], count);
+        out.sample(&format!("{name}_sum"), &[tenant], seconds(latency.sum_ns));
+        out.sample(&format!("{name}_count"), &[tenant], count);
     }
     out.text
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 /// The text being built: one `# HELP` and `# TYPE` per family, then its samples.
@@ -385,7 +409,25 @@ impl Exposition {
         let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+    /// Each of `families`, with a sample of each of `items` labelled by `labels`.
+    fn families<T>(
+        &mut self,
+        families: &[Family<T>],
+        items: &[T],
+        labels: impl Fn(&T) -> Vec<(&'static str, String)>,
+    ) {
+        for (name, kind, help, value) in families {
+            self.family(name, kind, help);
+            for item in items {
+                let labels = labels(item);
+                let labels: Vec<(&str, &str)> =
+                    labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                self.sample(name, &labels, value(item));
+            }
+        }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
         self.text.push_str(name);
         if !labels.is_empty() {
             self.text.push('{');
@@ -408,11 +450,12 @@ impl Exposition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use valet_vfs::{SyncLatency, TenantStats};
+    use valet_vfs::SyncLatency;
 
     #[test]
     fn label_values_are_escaped() {
         let tenants = [TenantGauges {
+            id: 0,
             name: "a\"b\\c\nd".into(),
             names: 3,
             guests: 1,
@@ -479,6 +522,7 @@ mod tests {
             ..Default::default()
         };
         let tenants = [TenantGauges {
+            id: 0,
             name: "t".into(),
             names: 1,
             guests: 0,
