@@ -63,11 +63,15 @@ fn wait_for_agent(socket: &std::path::Path) {
 
 /// An agent serving in this process on a fresh store of `zones` zones of 12 MiB.
 fn start_agent(zones: u32) -> Fixture {
-    start_agent_with(zones, None)
+    start_agent_with(zones, None, None)
 }
 
-/// [`start_agent`], serving the admin API on `admin` too.
-fn start_agent_with(zones: u32, admin: Option<String>) -> Fixture {
+/// [`start_agent`], serving the admin API on `admin` and metrics on `metrics` too.
+fn start_agent_with(
+    zones: u32,
+    admin: Option<String>,
+    metrics: Option<std::net::SocketAddr>,
+) -> Fixture {
     {
         let f = new_fixture();
         let mut geometry = Geometry::EMBEDDED_DEFAULT;
@@ -87,7 +91,7 @@ fn start_agent_with(zones: u32, admin: Option<String>) -> Fixture {
             },
             socket: f.socket.clone(),
             admin,
-            metrics: None,
+            metrics,
         };
         std::thread::spawn(move || node::serve(config).expect("the agent"));
         wait_for_agent(&f.socket);
@@ -603,7 +607,7 @@ fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
 fn the_admin_api_removes_a_tenants_files_only_between_its_pods() {
     let sock_dir = tempfile::tempdir().unwrap();
     let admin = sock_dir.path().join("admin.sock");
-    let f = start_agent_with(16, Some(admin.to_str().unwrap().to_string()));
+    let f = start_agent_with(16, Some(admin.to_str().unwrap().to_string()), None);
     let token = std::fs::read_to_string(f._dir.path().join("store/admin.token")).unwrap();
     let addr = AdminAddr::Unix(admin);
     let rm = |tenant: &str| {
@@ -644,4 +648,50 @@ fn the_admin_api_removes_a_tenants_files_only_between_its_pods() {
     let (e, out, err) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert_eq!(acked(&out), 3, "only the new pod's records: {out}");
+}
+
+/// The agent's metrics name each pod's tenant: its pods running (a pod counts from its
+/// create) and, once it synced, the latency of its syncs.
+#[test]
+fn the_agents_metrics_count_each_pods_guests_and_syncs() {
+    // A free port: bound and let go (the agent binds it again at once).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let f = start_agent_with(16, None, Some(addr));
+    let scrape = || {
+        let (code, body) =
+            client::request(&AdminAddr::Tcp(addr), "", "GET", "/metrics", b"").unwrap();
+        assert_eq!(code, 200);
+        String::from_utf8(body).unwrap()
+    };
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let (p, c) = create_on(
+        &f,
+        "m1",
+        &[("valet.io/tenant", "mt")],
+        &["w", "/data", "20", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    let text = scrape();
+    assert_eq!(value(&text, "valet_tenant_guests{tenant=\"mt\"}"), 1.0);
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    assert_eq!(acked(&out), 20, "{out}");
+    let text = scrape();
+    assert_eq!(value(&text, "valet_tenant_guests{tenant=\"mt\"}"), 0.0);
+    let syncs = value(&text, "valet_sync_duration_seconds_count{tenant=\"mt\"}");
+    assert!(
+        syncs >= 20.0,
+        "{syncs} syncs counted for 20 acknowledged records"
+    );
+    assert!(value(&text, "valet_tenant_host_bytes_total{tenant=\"mt\"}") >= 20.0 * 430.0);
 }
