@@ -16,7 +16,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use valet_vfs::{PolicyStats, Stats, StreamStats, TenantId, TenantStats, SYNC_LATENCY_BOUNDS_NS};
+use valet_vfs::{
+    PolicyStats, Stats, StreamStats, SyncLatency, TenantId, TenantStats, SYNC_LATENCY_BOUNDS_NS,
+};
 
 use crate::admin::Registry;
 
@@ -367,6 +369,16 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges]) -> String {
         ]
     });
 
+    let failures: &[Family<SyncLatency>] = &[(
+        "valet_sync_failures_total",
+        "counter",
+        "A tenant's fsync and fdatasync calls that failed (data its guest was told is not durable).",
+        |l| l.failures as f64,
+    )];
+    out.families(failures, &stats.sync_latency, |l| {
+        vec![("tenant", l.name.clone())]
+    });
+
     let name = "valet_sync_duration_seconds";
     out.family(
         name,
@@ -450,7 +462,6 @@ impl Exposition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use valet_vfs::SyncLatency;
 
     #[test]
     fn label_values_are_escaped() {

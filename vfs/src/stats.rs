@@ -61,7 +61,7 @@ pub const SYNC_LATENCY_BOUNDS_NS: [u64; 14] = [
 
 /// How long one tenant's fsync/fdatasync calls took that succeeded, from the call to the
 /// data and metadata being durable (the wait for a group commit included): what its guest
-/// felt.
+/// felt; and how many failed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SyncLatency {
     pub tenant: u32,
@@ -71,6 +71,10 @@ pub struct SyncLatency {
     pub buckets: Vec<u64>,
     pub count: u64,
     pub sum_ns: u64,
+    /// Syncs that failed (not in the buckets): each one data a guest was told is not
+    /// durable.
+    #[serde(default)]
+    pub failures: u64,
 }
 
 impl SyncLatency {

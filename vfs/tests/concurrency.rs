@@ -590,6 +590,9 @@ fn a_failed_device_flush_fails_every_later_sync_and_refuses_writes() {
         .write_at(&[3u8; 430], 0)
         .expect_err("the store must refuse writes after a failed flush");
     assert_eq!(err.errno(), libc_eio(), "{err}");
+    // Both failed syncs are counted against the tenant, apart from the one that succeeded.
+    let latency = &store.stats().sync_latency[0];
+    assert_eq!((latency.count, latency.failures), (1, 2), "{latency:?}");
 }
 
 fn libc_eio() -> i32 {

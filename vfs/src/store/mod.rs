@@ -1431,9 +1431,20 @@ impl FileHandle {
     /// `fsync`.
     pub fn sync_all(&self) -> Result<()> {
         let start = Instant::now();
-        self.store.lock()?.handle(self.id)?;
-        self.store.sync_file(self.ino)?;
-        self.store.commit_inode(self.ino)?;
+        if let Err(e) = self.make_durable() {
+            if let Ok(mut inner) = self.store.lock() {
+                if let Ok(inode) = inner.state.inode(self.ino) {
+                    let tenant = inode.tenant;
+                    inner
+                        .counters
+                        .sync_latency
+                        .entry(tenant)
+                        .or_default()
+                        .failures += 1;
+                }
+            }
+            return Err(e);
+        }
         let took = start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
         let defrag = self.store.with(|inner| {
             let tenant = inner.state.inode(self.ino)?.tenant;
@@ -1447,6 +1458,13 @@ impl FileHandle {
             self.store.defrag_on_sync(self.ino);
         }
         Ok(())
+    }
+
+    /// The work of a sync: the file's data written, then its metadata committed.
+    fn make_durable(&self) -> Result<()> {
+        self.store.lock()?.handle(self.id)?;
+        self.store.sync_file(self.ino)?;
+        self.store.commit_inode(self.ino)
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
