@@ -88,6 +88,21 @@ impl SyncLatency {
         self.count += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns);
     }
+
+    /// The bound of the first bucket holding the `q`-quantile (0 < q ≤ 1) of the syncs
+    /// counted: the quantile is at most this. `None` with no syncs, or when it is over every
+    /// bound.
+    pub fn quantile_bound_ns(&self, q: f64) -> Option<u64> {
+        let rank = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut cumulative = 0;
+        for (bucket, bound) in self.buckets.iter().zip(SYNC_LATENCY_BOUNDS_NS) {
+            cumulative += bucket;
+            if cumulative >= rank {
+                return Some(bound);
+            }
+        }
+        None
+    }
 }
 
 /// The store's accounting, as exported (`--stats-json`).
@@ -230,5 +245,10 @@ mod tests {
         assert_eq!(latency.buckets, want);
         assert_eq!(latency.count, 5);
         assert_eq!(latency.sum_ns, 20_004_020_002);
+        assert_eq!(latency.quantile_bound_ns(0.4), Some(10_000));
+        assert_eq!(latency.quantile_bound_ns(0.5), Some(25_000));
+        assert_eq!(latency.quantile_bound_ns(0.8), Some(5_000_000));
+        assert_eq!(latency.quantile_bound_ns(0.99), None);
+        assert_eq!(SyncLatency::default().quantile_bound_ns(0.5), None);
     }
 }
