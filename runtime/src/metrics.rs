@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -46,6 +46,7 @@ pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> Result<SocketAddr> {
     let local = listener.local_addr()?;
     let app = Router::new()
         .route("/metrics", get(metrics))
+        .route("/healthz", get(health))
         .with_state(registry);
     std::thread::Builder::new()
         .name("valet-metrics".into())
@@ -62,6 +63,15 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
     (kind, scrape(&registry))
 }
 
+/// 200 while the store takes writes, 503 with the reason once it refuses them (a failed
+/// device flush): a readiness probe's answer.
+async fn health(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+    match registry.store().health() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
 /// The exposition of `registry`'s store now.
 pub fn scrape(registry: &Registry) -> String {
     let store = registry.store();
@@ -76,15 +86,24 @@ pub fn scrape(registry: &Registry) -> String {
             name,
         })
         .collect();
-    render(&store.stats(), &tenants)
+    let failed = store.health().is_err();
+    render(&store.stats(), &tenants, failed)
 }
 
 /// A family of samples of `T`: name, type, help text, and each sample's value.
 type Family<'a, T> = (&'a str, &'a str, &'a str, fn(&T) -> f64);
 
-/// The text exposition format (version 0.0.4) of `stats` and `tenants`.
-pub fn render(stats: &Stats, tenants: &[TenantGauges]) -> String {
+/// The text exposition format (version 0.0.4) of `stats`, `tenants`, and whether the
+/// store has `failed` (see [`valet_vfs::Store::health`]).
+pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
     let mut out = Exposition::default();
+    let name = "valet_store_failed";
+    out.family(
+        name,
+        "gauge",
+        "1 once the store refuses writes (a failed device flush, until it is mounted again).",
+    );
+    out.sample(name, &[], if failed { 1.0 } else { 0.0 });
     let store: &[Family<Stats>] = &[
         (
             "valet_host_bytes_total",
@@ -471,7 +490,7 @@ mod tests {
             names: 3,
             guests: 1,
         }];
-        let text = render(&Stats::default(), &tenants);
+        let text = render(&Stats::default(), &tenants, false);
         assert!(
             text.contains("valet_tenant_names{tenant=\"a\\\"b\\\\c\\nd\"} 3\n"),
             "{text}"
@@ -495,7 +514,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let text = render(&stats, &[]);
+        let text = render(&stats, &[], false);
         let bucket = |le: &str| {
             let line = format!("valet_sync_duration_seconds_bucket{{tenant=\"db\",le=\"{le}\"}} ");
             let at = text
@@ -538,7 +557,8 @@ mod tests {
             names: 1,
             guests: 0,
         }];
-        let text = render(&stats, &tenants);
+        let text = render(&stats, &tenants, true);
+        assert!(text.contains("valet_store_failed 1\n"), "{text}");
         let mut announced = std::collections::BTreeSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -162,7 +162,7 @@ fn sample(text: &str, series: &str) -> f64 {
 }
 
 /// `GET /metrics` of the metrics listener: no token, the store's counters, each tenant's
-/// guests and sync latency, as a Prometheus exposition.
+/// guests and sync latency, as a Prometheus exposition; `GET /healthz`: ok.
 #[test]
 fn metrics_are_served_without_a_token_and_count_what_tenants_did() {
     let store = store();
@@ -201,6 +201,9 @@ fn metrics_are_served_without_a_token_and_count_what_tenants_did() {
     );
     assert!(!text.contains("valet_sync_duration_seconds_count{tenant=\"idle\"}"));
     assert!(sample(&text, "valet_device_flushes_total") >= 1.0);
+    assert_eq!(sample(&text, "valet_store_failed"), 0.0);
+    let (code, body) = client::request(&AdminAddr::Tcp(addr), "", "GET", "/healthz", b"").unwrap();
+    assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
     let (code, _) = client::request(&AdminAddr::Tcp(addr), "", "GET", "/stats", b"").unwrap();
     assert_eq!(code, 404, "the metrics listener serves nothing else");
 }

@@ -575,11 +575,19 @@ fn a_failed_device_flush_fails_every_later_sync_and_refuses_writes() {
     log.write_at(&[1u8; 430], 0).unwrap();
     log.sync_data().unwrap();
     log.write_at(&[2u8; 430], 0).unwrap();
+    store.health().unwrap();
     dev.fail_syncs.store(true, Ordering::SeqCst);
     let err = log
         .sync_data()
         .expect_err("a sync whose flush failed must fail");
     assert_eq!(err.errno(), libc_eio(), "{err}");
+    let unhealthy = store
+        .health()
+        .expect_err("the store must say it refuses writes");
+    assert!(
+        unhealthy.to_string().contains("injected flush failure"),
+        "{unhealthy}"
+    );
     dev.fail_syncs.store(false, Ordering::SeqCst);
     let err = log
         .sync_data()

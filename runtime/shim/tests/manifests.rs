@@ -93,6 +93,9 @@ fn runtime_class_daemonset_and_pod_fit_together() {
         .find(|p| p["name"].as_str() == Some("metrics"))
         .expect("a port named metrics");
     assert_eq!(port["containerPort"].as_i64(), Some(metrics.port().into()));
+    let probe = &agent["readinessProbe"]["httpGet"];
+    assert_eq!(str_at(probe, &["path"]), "/healthz");
+    assert_eq!(str_at(probe, &["port"]), "metrics");
     let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(
         str_at(annotations, &["prometheus.io/port"]),

@@ -1290,6 +1290,18 @@ impl Store {
         fsck::check(&inner)
     }
 
+    /// Whether the store takes changes: an error naming why not once a commit failed (its
+    /// flush may have lost data the host held, so the store refuses writes until it is
+    /// mounted again) or a panic inside it left its state unknown. A read-only store is
+    /// healthy.
+    pub fn health(&self) -> Result<()> {
+        drop(self.lock()?);
+        match self.shared.commit.failure() {
+            Some(why) => Err(Error::Stopped(why)),
+            None => Ok(()),
+        }
+    }
+
     /// The accounting so far.
     pub fn stats(&self) -> Stats {
         let counts = self.shared.commit.counts();
