@@ -45,7 +45,7 @@ pub fn summary(stats: &Stats) -> String {
             ));
             continue;
         }
-        let mean_us = l.sum_ns as f64 / l.count.max(1) as f64 / 1e3;
+        let mean_us = l.sum_ns as f64 / l.count as f64 / 1e3;
         out.push_str(&format!(
             "valet:   {}: {} syncs ({} failed), mean {:.0} µs, P50 {}, P99 {}, P99.99 {}\n",
             l.name,
