@@ -168,6 +168,24 @@ impl GroupCommit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits for the end of a commit or hand-off, counted among the sleepers it wakes.
+    fn sleep<'a>(&'a self, mut st: MutexGuard<'a, CommitState>) -> MutexGuard<'a, CommitState> {
+        st.sleepers += 1;
+        let mut st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        st.sleepers -= 1;
+        st
+    }
+
+    /// Gives the leader role back and wakes whoever waits (after the caller has recorded
+    /// what its commit or hand-off did).
+    fn end_lead(&self, st: &mut CommitState) {
+        st.leading = false;
+        // A notify is a system call even with no one waiting: a lone syncer skips it.
+        if st.sleepers > 0 {
+            self.done.notify_all();
+        }
+    }
+
     /// The journal, for the leader (and mount).
     pub fn journal(&self) -> MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(|p| p.into_inner())
@@ -223,9 +241,7 @@ impl GroupCommit {
                 continue;
             }
             waited = true;
-            st.sleepers += 1;
-            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.sleepers -= 1;
+            st = self.sleep(st);
         };
         if counted {
             if let Some(i) = st.waiting.iter().position(|&(t, _)| t == me) {
@@ -248,7 +264,6 @@ impl GroupCommit {
         let led = lead();
         let took = started.elapsed().as_nanos() as u64;
         let mut st = self.state();
-        st.leading = false;
         st.commits += 1;
         st.commit_ns = match st.commit_ns {
             0 => took,
@@ -261,10 +276,7 @@ impl GroupCommit {
                 self.any_failed.store(true, Ordering::Release);
             }
         }
-        // A notify is a system call even with no one waiting: a lone syncer skips it.
-        if st.sleepers > 0 {
-            self.done.notify_all();
-        }
+        self.end_lead(&mut st);
         st
     }
 
@@ -318,9 +330,7 @@ impl GroupCommit {
     pub fn hand_off(&self, lead: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
         let mut st = self.state();
         while st.leading {
-            st.sleepers += 1;
-            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.sleepers -= 1;
+            st = self.sleep(st);
         }
         if let Some((_, why)) = &st.failed {
             return Err(why.clone());
@@ -329,14 +339,11 @@ impl GroupCommit {
         drop(st);
         let result = lead();
         let mut st = self.state();
-        st.leading = false;
         if let Err(why) = &result {
             st.failed = Some((u64::MAX, why.clone()));
             self.any_failed.store(true, Ordering::Release);
         }
-        if st.sleepers > 0 {
-            self.done.notify_all();
-        }
+        self.end_lead(&mut st);
         result
     }
 

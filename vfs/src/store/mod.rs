@@ -368,7 +368,7 @@ struct Counters {
     handoff_ns: u64,
     /// Hand-off rounds run, with something to do or not.
     handoff_rounds: u64,
-    /// The time of each tenant's successful syncs.
+    /// The time of each tenant's successful syncs, and its failed ones.
     sync_latency: BTreeMap<TenantId, SyncLatency>,
 }
 

@@ -274,10 +274,10 @@ fn restore_data_write_pointers(state: &State, device: &dyn ZonedDevice) -> Resul
 
 /// `state` with the part of `txns` (the transactions after it not known durable, oldest
 /// first, the first numbered `first_seq`) that recovery keeps applied: up to the first
-/// whose new extents did not reach the device intact. That one's sync never completed (its flush would have made
-/// every earlier write durable too), and none after it was acknowledged either. The newest
-/// may also fail to apply (a commit whose sync never completed); an older one that does
-/// not apply is damage.
+/// whose new extents did not reach the device intact. That one's sync never completed (its
+/// flush would have made every earlier write durable too), and none after it was
+/// acknowledged either. The newest may also fail to apply (a commit whose sync never
+/// completed); an older one that does not apply is damage.
 ///
 /// An extent in a zone that holds no live data once the kept transactions are applied is
 /// not checked: a later commit, or a mount that settled the same journal before a crash,

@@ -96,8 +96,9 @@ fn run(store: Store, writeback: Option<Duration>, handoff: Option<Duration>) {
 impl Store {
     /// One hand-off, as the writeback thread makes every [`StoreConfig::handoff`]: writes
     /// the unsynced bytes of every open zoned file not written since the last round to the
-    /// device, then the pending metadata as one journal record, with no flush. Returns once they are written. A killed process
-    /// keeps all of it; a power cut may not (only a sync or a commit makes it durable).
+    /// device, then the pending metadata as one journal record, with no flush. Returns once
+    /// they are written. A killed process keeps all of it; a power cut may not (only a sync
+    /// or a commit makes it durable).
     ///
     /// [`StoreConfig::handoff`]: super::StoreConfig::handoff
     pub fn hand_off(&self) -> Result<()> {
