@@ -17,7 +17,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use valet_vfs::{
-    PolicyStats, Stats, StreamStats, SyncLatency, TenantId, TenantStats, SYNC_LATENCY_BOUNDS_NS,
+    PolicyStats, Stats, StreamStats, SyncLatency, TenantStats, SYNC_LATENCY_BOUNDS_NS,
 };
 
 use crate::admin::Registry;
@@ -25,7 +25,6 @@ use crate::admin::Registry;
 /// What a scrape reports of each tenant beyond the store's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TenantGauges {
-    pub id: TenantId,
     pub name: String,
     /// Names in its tree (kept as they change: no walk).
     pub names: u64,
@@ -80,7 +79,6 @@ pub fn scrape(registry: &Registry) -> String {
         .tenants()
         .into_iter()
         .map(|(id, name, _)| TenantGauges {
-            id,
             names: store.tenant_entries(id).unwrap_or(0),
             guests: guests.get(&name).copied().unwrap_or(0),
             name,
@@ -369,21 +367,9 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
             |p| p.faults as f64,
         ),
     ];
-    let tenant_name = |id: TenantId| {
-        let gauges = tenants.iter().find(|t| t.id == id).map(|t| &t.name);
-        let counted = stats
-            .tenants
-            .iter()
-            .find(|t| t.tenant == id)
-            .map(|t| &t.name);
-        gauges
-            .or(counted)
-            .cloned()
-            .unwrap_or_else(|| id.to_string())
-    };
     out.families(per_policy, &stats.policies, |p| {
         vec![
-            ("tenant", tenant_name(p.tenant)),
+            ("tenant", p.tenant_name.clone()),
             ("policy", p.name.clone()),
         ]
     });
@@ -404,20 +390,17 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         "histogram",
         "Time of a tenant's successful fsync and fdatasync calls, to durable.",
     );
+    let bucket = format!("{name}_bucket");
     for latency in &stats.sync_latency {
         let tenant = ("tenant", latency.name.as_str());
         let mut cumulative = 0;
         for (i, bound) in SYNC_LATENCY_BOUNDS_NS.iter().enumerate() {
             cumulative += latency.buckets.get(i).copied().unwrap_or(0);
             let le = seconds(*bound).to_string();
-            out.sample(
-                &format!("{name}_bucket"),
-                &[tenant, ("le", &le)],
-                cumulative as f64,
-            );
+            out.sample(&bucket, &[tenant, ("le", &le)], cumulative as f64);
         }
         let count = latency.count as f64;
-        out.sample(&format!("{name}_bucket"), &[tenant, ("le", "+Inf")], count);
+        out.sample(&bucket, &[tenant, ("le", "+Inf")], count);
         out.sample(&format!("{name}_sum"), &[tenant], seconds(latency.sum_ns));
         out.sample(&format!("{name}_count"), &[tenant], count);
     }
@@ -485,7 +468,6 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         let tenants = [TenantGauges {
-            id: 0,
             name: "a\"b\\c\nd".into(),
             names: 3,
             guests: 1,
@@ -552,7 +534,6 @@ mod tests {
             ..Default::default()
         };
         let tenants = [TenantGauges {
-            id: 0,
             name: "t".into(),
             names: 1,
             guests: 0,

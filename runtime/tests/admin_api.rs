@@ -264,6 +264,9 @@ fn valet_run_serves_metrics_while_its_guest_runs() {
         1.0
     );
     assert!(sample(&text, "valet_tenant_host_bytes_total{tenant=\"default\"}") > 0.0);
+    // The policy's decisions, one per file the guest made, under the tenant's name.
+    let decisions = "valet_policy_decisions_total{tenant=\"default\",policy=\"default\"}";
+    assert!(sample(&text, decisions) >= 3.0, "{text}");
     drop(guest.stdin.take());
     let status = guest.wait().unwrap();
     let mut rest = String::new();

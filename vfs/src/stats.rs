@@ -34,6 +34,8 @@ pub struct TenantStats {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolicyStats {
     pub tenant: u32,
+    #[serde(default)]
+    pub tenant_name: String,
     pub name: String,
     pub decisions: u64,
     /// Calls that trapped, timed out or answered nonsense (the default decided instead).

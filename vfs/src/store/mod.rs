@@ -1820,6 +1820,7 @@ impl Inner {
         for (tenant, placement) in self.placements.all() {
             stats.policies.push(crate::stats::PolicyStats {
                 tenant,
+                tenant_name: names(tenant),
                 name: placement.name(),
                 decisions: placement.decisions(),
                 faults: placement.faults(),
