@@ -170,6 +170,18 @@ fn read_all(store: &Store, root: Ino, path: &str) -> Vec<u8> {
     buf
 }
 
+/// Mounts a copy of the image at `path` whose store was leaked, not unmounted (a process
+/// that died): the leaked device still holds the image's lock, which a dead process's would
+/// not. Returns the store and tenant `app`'s root.
+fn mount_after_death(path: &std::path::Path) -> (Store, Ino) {
+    let copy = path.with_extension("after-death.img");
+    std::fs::copy(path, &copy).unwrap();
+    let dev = Arc::new(ImageDevice::open(&copy, ImageOptions::default()).unwrap());
+    let store = Store::open(dev, StoreConfig::default()).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    (store, root)
+}
+
 #[test]
 fn a_small_sync_writes_one_page_and_flushes_once() {
     let mut m = Machine::new(1 << 20);
@@ -352,12 +364,7 @@ fn inline_syncs_on_an_image_survive_a_crash_of_the_process() {
         std::mem::forget(f);
         std::mem::forget(store);
     }
-    // The leaked device still holds the image's lock; a crash would have released it.
-    let copy = dir.path().join("after-crash.img");
-    std::fs::copy(&path, &copy).unwrap();
-    let dev = Arc::new(ImageDevice::open(&copy, ImageOptions::default()).unwrap());
-    let store = Store::open(dev, StoreConfig::default()).unwrap();
-    let (_, root) = store.tenant("app").unwrap();
+    let (store, root) = mount_after_death(&path);
     assert_eq!(read_all(&store, root, "log"), expect);
     assert!(store.fsck().unwrap().is_clean());
 }
@@ -567,12 +574,7 @@ fn a_killed_process_keeps_what_a_handoff_wrote() {
             std::mem::forget((a, b, c));
             std::mem::forget(store);
         }
-        // The leaked device still holds the image's lock; a killed process would not.
-        let copy = dir.path().join("after-kill.img");
-        std::fs::copy(&path, &copy).unwrap();
-        let dev = Arc::new(ImageDevice::open(&copy, ImageOptions::default()).unwrap());
-        let store = Store::open(dev, StoreConfig::default()).unwrap();
-        let (_, root) = store.tenant("app").unwrap();
+        let (store, root) = mount_after_death(&path);
         assert!(store.fsck().unwrap().is_clean());
         if handoff.is_none() {
             assert!(store.lookup(root, "a").is_err(), "kept without hand-offs");
