@@ -170,9 +170,9 @@ impl Store {
         let written = file.write_all_at(data, offset);
         let mut inner = self.lock()?;
         // Even a failed write may have left some of its bytes: they are the file's too.
-        if let Ok(inode) = inner.state.inode_mut(ino) {
-            inode.size = inode.size.max(offset + data.len() as u64);
-            inode.mtime_ns = super::now_ns();
+        if let Ok(size) = inner.state.inode(ino).map(|i| i.size) {
+            let grown = size.max(offset + data.len() as u64);
+            inner.state.set_size(ino, grown)?.mtime_ns = super::now_ns();
         }
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = false;
@@ -249,9 +249,8 @@ impl Inner {
     /// leaves the file as it was before the truncate or after it, never zeros past a new end.
     pub(super) fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<bool> {
         let now = super::now_ns();
-        let inode = self.state.inode_mut(ino)?;
-        let shrinking = size < inode.size;
-        inode.size = size;
+        let shrinking = size < self.state.inode(ino)?.size;
+        let inode = self.state.set_size(ino, size)?;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
         if shrinking {

@@ -184,9 +184,8 @@ impl Store {
                     w.wrote(pos, n);
                     let full = w.len == buf_size as usize;
                     of.unreported += n as u64;
-                    let inode = inner.state.inode_mut(ino)?;
-                    inode.size = inode.size.max(pos + n as u64);
-                    inode.mtime_ns = now_ns();
+                    let grown = inner.state.inode(ino)?.size.max(pos + n as u64);
+                    inner.state.set_size(ino, grown)?.mtime_ns = now_ns();
                     done += n;
                     if full {
                         // A full window ends on a block boundary: nothing to pad.
@@ -952,8 +951,7 @@ impl Store {
                 .is_some_and(|(_, e, _)| e.is_some());
         let now = now_ns();
         if !partial_tail {
-            let inode = inner.state.inode_mut(ino)?;
-            inode.size = size;
+            let inode = inner.state.set_size(ino, size)?;
             inode.mtime_ns = now;
             inode.ctime_ns = now;
             inner.record_attr(ino)?;
@@ -1174,9 +1172,8 @@ impl Inner {
         w.buf[at..at + data.len()].copy_from_slice(data);
         w.wrote(offset, data.len());
         of.unreported += data.len() as u64;
-        let inode = self.state.inode_mut(ino)?;
-        inode.size = inode.size.max(end);
-        inode.mtime_ns = now_ns();
+        let grown = self.state.inode(ino)?.size.max(end);
+        self.state.set_size(ino, grown)?.mtime_ns = now_ns();
         Ok(true)
     }
 

@@ -133,16 +133,27 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
             rebuilt.mark_valid(ext.zone, ext.block, ext.len);
         }
     }
-    let mut entries_of: HashMap<TenantId, u64> = HashMap::new();
+    let (mut entries_of, mut bytes_of) = (HashMap::new(), HashMap::new());
     for inode in state.inodes.values() {
         *entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
+        if inode.kind != FileKind::Dir {
+            *bytes_of.entry(inode.tenant).or_default() += inode.size;
+        }
     }
-    entries_of.retain(|_, n| *n > 0);
-    let mut counted = state.entries_of.clone();
-    counted.retain(|_, n| *n > 0);
+    let nonzero = |mut counts: HashMap<TenantId, u64>| {
+        counts.retain(|_, n| *n > 0);
+        counts
+    };
+    let (entries_of, counted) = (nonzero(entries_of), nonzero(state.entries_of.clone()));
     if entries_of != counted {
         problem(format!(
             "the tenants' trees hold {entries_of:?} entries, the store counts {counted:?}"
+        ));
+    }
+    let (bytes_of, counted) = (nonzero(bytes_of), nonzero(state.bytes_of.clone()));
+    if bytes_of != counted {
+        problem(format!(
+            "the tenants' files hold {bytes_of:?} bytes, the store counts {counted:?}"
         ));
     }
     if extents != state.extents as u64 {

@@ -1067,13 +1067,13 @@ impl Store {
     /// The bytes a tenant's files and links hold (their sizes, each inode once), files
     /// removed while still open included, since their data stays: what a quota counts.
     pub fn tenant_bytes(&self, tenant: TenantId) -> Result<u64> {
-        let inner = self.lock()?;
-        Ok(inner
+        Ok(self
+            .lock()?
             .state
-            .inodes
-            .values()
-            .filter(|i| i.tenant == tenant && i.kind != FileKind::Dir)
-            .fold(0u64, |sum, i| sum.saturating_add(i.size)))
+            .bytes_of
+            .get(&tenant)
+            .copied()
+            .unwrap_or(0))
     }
 
     /// The entries of a directory, by name (without `.` and `..`).

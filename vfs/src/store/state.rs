@@ -211,6 +211,10 @@ pub struct State {
     pub extents: usize,
     /// Directory entries (files, directories, links) in each tenant's tree.
     pub entries_of: HashMap<TenantId, u64>,
+    /// The sizes of each tenant's files and links summed, each inode once (open files
+    /// already unlinked included). Kept as sizes change ([`State::set_size`]), so a quota
+    /// or a scrape reads it without walking the inodes.
+    pub bytes_of: HashMap<TenantId, u64>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -232,6 +236,7 @@ impl State {
             symlinks: HashMap::new(),
             extents: 0,
             entries_of: HashMap::new(),
+            bytes_of: HashMap::new(),
         }
     }
 
@@ -245,6 +250,18 @@ impl State {
 
     pub fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
         self.inodes.get_mut(&ino).ok_or(Error::NotFound)
+    }
+
+    /// Sets an inode's size, keeping its tenant's [`State::bytes_of`]; returns the inode
+    /// for its other fields. Every change of a size goes through here.
+    pub fn set_size(&mut self, ino: Ino, size: u64) -> Result<&mut Inode> {
+        let inode = self.inodes.get_mut(&ino).ok_or(Error::NotFound)?;
+        if inode.kind != FileKind::Dir && inode.size != size {
+            let held = self.bytes_of.entry(inode.tenant).or_default();
+            *held = (*held - inode.size.min(*held)).saturating_add(size);
+        }
+        inode.size = size;
+        Ok(inode)
     }
 
     /// Applies one operation. Fails only on an operation that does not fit the state, which
@@ -324,6 +341,9 @@ impl State {
                 let Some(inode) = self.inodes.remove(ino) else {
                     return corrupt(format!("free of missing inode {ino}"));
                 };
+                if let Some(held) = self.bytes_of.get_mut(&inode.tenant) {
+                    *held -= inode.size.min(*held);
+                }
                 self.names.remove(ino);
                 self.inline.remove(*ino);
                 self.symlinks.remove(ino);
@@ -367,8 +387,7 @@ impl State {
                 ctime_ns,
             } => {
                 let bs = self.block_size();
-                let inode = self.inode_mut(*ino)?;
-                inode.size = *size;
+                let inode = self.set_size(*ino, *size)?;
                 inode.atime_ns = *atime_ns;
                 inode.mtime_ns = *mtime_ns;
                 inode.ctime_ns = *ctime_ns;
@@ -389,11 +408,12 @@ impl State {
                 size,
                 mtime_ns,
             } => {
-                let inode = self.inode_mut(*ino)?;
+                let inode = self.inode(*ino)?;
                 if inode.kind != FileKind::File {
                     return corrupt(format!("inline data for inode {ino}, not a file"));
                 }
-                inode.size = inode.size.max(*size);
+                let grown = inode.size.max(*size);
+                let inode = self.set_size(*ino, grown)?;
                 inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
                 inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
                 self.inline.add(*ino, *gen, *offset, data);
@@ -410,11 +430,10 @@ impl State {
                 }
             }
             MetaOp::Symlink { ino, target } => {
-                let inode = self.inode_mut(*ino)?;
-                if inode.kind != FileKind::Symlink {
+                if self.inode(*ino)?.kind != FileKind::Symlink {
                     return corrupt(format!("symlink target for inode {ino}, not a symlink"));
                 }
-                inode.size = target.len() as u64;
+                self.set_size(*ino, target.len() as u64)?;
                 self.symlinks.insert(*ino, target.clone());
             }
             MetaOp::Extend {
@@ -422,8 +441,8 @@ impl State {
                 size,
                 mtime_ns,
             } => {
-                let inode = self.inode_mut(*ino)?;
-                inode.size = inode.size.max(*size);
+                let grown = self.inode(*ino)?.size.max(*size);
+                let inode = self.set_size(*ino, grown)?;
                 inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
                 inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
             }
@@ -526,6 +545,9 @@ impl State {
         for (ino, inode) in snap.inodes {
             state.extents += inode.extents.len();
             *state.entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
+            if inode.kind != FileKind::Dir {
+                *state.bytes_of.entry(inode.tenant).or_default() += inode.size;
+            }
             for (_, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
                     return corrupt(format!("inode {ino} maps outside the device"));
