@@ -24,7 +24,6 @@ use valet_runtime::device::DeviceSpec;
 use valet_runtime::fs_cmd::{self, FsCommand};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use valet_runtime::policy_cmd::{self, PolicyCommand};
-use valet_runtime::quota::Quota;
 use valet_runtime::tenants;
 use valet_runtime::termination;
 use valet_vfs::device::{Geometry, IoMode};
@@ -440,7 +439,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         let space_limit = cli
             .quota
             .map(|limit| -> Arc<dyn valet_runtime::wasi::SpaceLimit> {
-                Arc::new(Quota::new(store.clone(), tenant, limit))
+                registry.quota(&cli.tenant, tenant, limit)
             });
 
         let mut preopens = vec![Preopen::Store {

@@ -3,8 +3,8 @@
 //!
 //! The listener is read-only and asks for no token (as node exporters do), so it may listen
 //! on any address a scraper reaches, unlike the admin API. A scrape takes the store's lock
-//! for about as long as `--stats` does: it copies counters and walks nothing (no tenant's
-//! files are counted, so the bytes a tenant's files hold are `fs tenants`' to tell).
+//! for about as long as `--stats` does: it copies counters and walks nothing (the names and
+//! bytes a tenant holds are counted by the store as they change).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -28,8 +28,12 @@ pub struct TenantGauges {
     pub name: String,
     /// Names in its tree (kept as they change: no walk).
     pub names: u64,
+    /// Bytes its files hold (kept as they change).
+    pub bytes: u64,
     /// Its guests running now.
     pub guests: usize,
+    /// Its quota, if it has one: the limit in bytes and the writes refused.
+    pub quota: Option<(u64, u64)>,
 }
 
 /// Binds `addr` and serves `GET /metrics` on a thread of its own until the process ends;
@@ -75,12 +79,15 @@ async fn health(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
 pub fn scrape(registry: &Registry) -> String {
     let store = registry.store();
     let guests = registry.guests_running();
+    let quotas = registry.quotas();
     let tenants: Vec<TenantGauges> = store
         .tenants()
         .into_iter()
         .map(|(id, name, _)| TenantGauges {
             names: store.tenant_entries(id).unwrap_or(0),
+            bytes: store.tenant_bytes(id).unwrap_or(0),
             guests: guests.get(&name).copied().unwrap_or(0),
+            quota: quotas.get(&name).map(|q| (q.limit(), q.refusals())),
             name,
         })
         .collect();
@@ -288,6 +295,12 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
             |t| t.names as f64,
         ),
         (
+            "valet_tenant_bytes",
+            "gauge",
+            "Bytes a tenant's files hold (their sizes, each file once, open unlinked files included): what its quota counts.",
+            |t| t.bytes as f64,
+        ),
+        (
             "valet_tenant_guests",
             "gauge",
             "A tenant's guests running now.",
@@ -295,6 +308,28 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         ),
     ];
     out.families(gauges, tenants, |t| vec![("tenant", t.name.clone())]);
+    let quotas: Vec<(&str, u64, u64)> = tenants
+        .iter()
+        .filter_map(|t| {
+            t.quota
+                .map(|(limit, refused)| (t.name.as_str(), limit, refused))
+        })
+        .collect();
+    let quota: &[Family<(&str, u64, u64)>] = &[
+        (
+            "valet_tenant_quota_bytes",
+            "gauge",
+            "A tenant's quota: the most bytes its files may hold (tenants with a quota only).",
+            |q| q.1 as f64,
+        ),
+        (
+            "valet_tenant_quota_refusals_total",
+            "counter",
+            "Writes refused with ENOSPC because they would pass the tenant's quota.",
+            |q| q.2 as f64,
+        ),
+    ];
+    out.families(quota, &quotas, |q| vec![("tenant", q.0.to_string())]);
 
     let per_tenant: &[Family<TenantStats>] = &[
         (
@@ -471,6 +506,7 @@ mod tests {
             name: "a\"b\\c\nd".into(),
             names: 3,
             guests: 1,
+            ..Default::default()
         }];
         let text = render(&Stats::default(), &tenants, false);
         assert!(
@@ -533,11 +569,19 @@ mod tests {
             }],
             ..Default::default()
         };
-        let tenants = [TenantGauges {
-            name: "t".into(),
-            names: 1,
-            guests: 0,
-        }];
+        let tenants = [
+            TenantGauges {
+                name: "t".into(),
+                names: 1,
+                bytes: 700,
+                guests: 0,
+                quota: Some((1000, 2)),
+            },
+            TenantGauges {
+                name: "u".into(),
+                ..Default::default()
+            },
+        ];
         let text = render(&stats, &tenants, true);
         assert!(text.contains("valet_store_failed 1\n"), "{text}");
         let mut announced = std::collections::BTreeSet::new();
@@ -562,5 +606,13 @@ mod tests {
             assert!(value.parse::<f64>().is_ok(), "{line}: not a number");
         }
         assert!(text.contains("valet_tenant_host_bytes_total{tenant=\"t\"} 5\n"));
+        assert!(text.contains("valet_tenant_bytes{tenant=\"t\"} 700\n"));
+        assert!(text.contains("valet_tenant_quota_bytes{tenant=\"t\"} 1000\n"));
+        assert!(text.contains("valet_tenant_quota_refusals_total{tenant=\"t\"} 2\n"));
+        assert!(text.contains("valet_tenant_bytes{tenant=\"u\"} 0\n"));
+        assert!(
+            !text.contains("valet_tenant_quota_bytes{tenant=\"u\"}"),
+            "u has no quota"
+        );
     }
 }

@@ -1,22 +1,19 @@
 //! A tenant's space quota (`valet-run --quota`, a tenant's `quota`, a pod's
-//! `valet.io/quota`): the bytes its files may hold, counted as the sum of their sizes (each inode once, files removed while still open included: their data
-//! stays until the last close).
+//! `valet.io/quota`): the bytes its files may hold, as the store counts them
+//! ([`Store::tenant_bytes`]: the sum of their sizes, each inode once, files removed while
+//! still open included, since their data stays until the last close).
 //!
 //! The adapter asks before every write to a store file ([`crate::wasi::SpaceLimit`]); the
-//! quota charges each written byte against a running total without looking at the store,
-//! so a write costs one uncontended lock. Overwrites, truncations and deletions are not
-//! seen as they happen: when a charge would pass the limit, the quota counts the tenant's
-//! files again ([`Store::tenant_bytes`]) and only refuses if the true total is over. A
-//! count that found the tenant over its limit is trusted for [`RECOUNT_AFTER`], so a pod
-//! hammering a full quota does not count again at every write.
+//! quota charges each written byte against a running total, so a write costs one
+//! uncontended lock and not the store's. Overwrites, truncations and deletions are not
+//! seen as they happen: when a charge would pass the limit, the quota reads the store's
+//! count again (kept as sizes change, so reading it walks nothing and a pod hammering a
+//! full quota costs the other pods one short hold of the store's lock per write) and only
+//! refuses if the true total is over.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use valet_vfs::{Store, TenantId};
-
-/// How long a count that found the tenant full is trusted.
-pub const RECOUNT_AFTER: Duration = Duration::from_millis(50);
 
 pub struct Quota {
     store: Store,
@@ -26,10 +23,10 @@ pub struct Quota {
 
 struct State {
     limit: u64,
-    /// Bytes counted at the last walk plus everything charged since.
+    /// The store's count when last read plus everything charged since.
     charged: u64,
-    /// When the last walk found the tenant over its limit.
-    full_since: Option<Instant>,
+    /// Charges refused (writes that got ENOSPC).
+    refused: u64,
 }
 
 impl Quota {
@@ -42,19 +39,27 @@ impl Quota {
             state: Mutex::new(State {
                 limit,
                 charged,
-                full_since: None,
+                refused: 0,
             }),
         }
     }
 
     /// Changes the limit (a later pod of the same tenant with another quota).
     pub fn set_limit(&self, limit: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.limit = limit;
-        s.full_since = None;
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).limit = limit;
     }
 
-    /// The bytes the tenant's files hold now (a fresh count).
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).limit
+    }
+
+    /// How many charges it refused.
+    pub fn refusals(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).refused
+    }
+
+    /// The bytes the tenant's files hold now.
     pub fn used(&self) -> u64 {
         usage(&self.store, self.tenant)
     }
@@ -63,22 +68,15 @@ impl Quota {
 impl crate::wasi::SpaceLimit for Quota {
     fn charge(&self, bytes: u64) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.charged.saturating_add(bytes) <= s.limit {
-            s.charged += bytes;
-            return true;
+        if s.charged.saturating_add(bytes) > s.limit {
+            s.charged = usage(&self.store, self.tenant);
         }
-        if s.full_since.is_some_and(|t| t.elapsed() < RECOUNT_AFTER) {
-            return false;
+        let fits = s.charged.saturating_add(bytes) <= s.limit;
+        match fits {
+            true => s.charged += bytes,
+            false => s.refused += 1,
         }
-        s.charged = usage(&self.store, self.tenant);
-        if s.charged.saturating_add(bytes) <= s.limit {
-            s.charged += bytes;
-            s.full_since = None;
-            true
-        } else {
-            s.full_since = Some(Instant::now());
-            false
-        }
+        fits
     }
 }
 
@@ -129,9 +127,9 @@ mod tests {
             "the removed file's 900 KB still count"
         );
         assert!(quota.charge(100 * KB), "within the limit with them");
-        // The last close frees them; a refusal is trusted for RECOUNT_AFTER only.
+        // The last close frees them, and the next charge past the limit sees it.
         held.close().unwrap();
-        std::thread::sleep(RECOUNT_AFTER * 2);
+        assert_eq!(quota.used(), 0);
         assert!(quota.charge(900 * KB));
     }
 
@@ -153,7 +151,26 @@ mod tests {
         assert_eq!(quota.used(), 300 * KB);
         assert!(!quota.charge(800 * KB));
         store.unlink(root, "a").unwrap();
-        std::thread::sleep(RECOUNT_AFTER * 2);
         assert!(quota.charge(800 * KB));
+    }
+
+    /// The limit can change under a running tenant (a later pod with another quota), and
+    /// a truncation makes room at the next charge past it.
+    #[test]
+    fn a_new_limit_holds_from_the_next_charge() {
+        let store = store();
+        let (tenant, root) = store.tenant("pod").unwrap();
+        let quota = Quota::new(store.clone(), tenant, 1000 * KB);
+        let f = store.open_file(root, "a", OpenOptions::create()).unwrap();
+        assert!(quota.charge(600 * KB));
+        f.write_at(&vec![3u8; 600 * KB as usize], 0).unwrap();
+        quota.set_limit(500 * KB);
+        assert_eq!(quota.limit(), 500 * KB);
+        assert!(!quota.charge(1), "600 KB held, 500 KB allowed");
+        f.set_len(100 * KB).unwrap();
+        assert!(quota.charge(400 * KB));
+        f.write_at(&vec![4u8; 400 * KB as usize], 100 * KB).unwrap();
+        assert!(!quota.charge(1), "500 KB held");
+        assert_eq!(quota.refusals(), 2);
     }
 }

@@ -38,7 +38,6 @@ use wasmtime::{Engine, Module};
 use crate::admin::Registry;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop, Stopping};
 use crate::node::pod::parse_size;
-use crate::quota::Quota;
 use crate::wasi::SpaceLimit;
 
 /// Exit code a trapped guest counts as (128 + SIGABRT, as `valet-run` gives for one guest).
@@ -209,9 +208,9 @@ pub fn run(
         let (tenant, root) = store
             .tenant(&t.name)
             .with_context(|| format!("tenant {}", t.name))?;
-        let space_limit = t.quota.map(|limit| -> Arc<dyn SpaceLimit> {
-            Arc::new(Quota::new(store.clone(), tenant, limit))
-        });
+        let space_limit = t
+            .quota
+            .map(|limit| -> Arc<dyn SpaceLimit> { registry.quota(&t.name, tenant, limit) });
         let program = t
             .app
             .file_name()

@@ -651,7 +651,7 @@ fn the_admin_api_removes_a_tenants_files_only_between_its_pods() {
 }
 
 /// The agent's metrics name each pod's tenant: its pods running (a pod counts from its
-/// create) and, once it synced, the latency of its syncs.
+/// create), once it synced the latency of its syncs, the bytes its files hold, its quota.
 #[test]
 fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     // A free port: bound and let go (the agent binds it again at once).
@@ -676,7 +676,7 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     let (p, c) = create_on(
         &f,
         "m1",
-        &[("valet.io/tenant", "mt")],
+        &[("valet.io/tenant", "mt"), ("valet.io/quota", "1MiB")],
         &["w", "/data", "20", "430"],
     );
     assert_eq!(c, FromAgent::Created);
@@ -694,4 +694,13 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
         "{syncs} syncs counted for 20 acknowledged records"
     );
     assert!(value(&text, "valet_tenant_host_bytes_total{tenant=\"mt\"}") >= 20.0 * 430.0);
+    assert!(value(&text, "valet_tenant_bytes{tenant=\"mt\"}") >= 20.0 * 430.0);
+    assert_eq!(
+        value(&text, "valet_tenant_quota_bytes{tenant=\"mt\"}"),
+        1048576.0
+    );
+    assert_eq!(
+        value(&text, "valet_tenant_quota_refusals_total{tenant=\"mt\"}"),
+        0.0
+    );
 }

@@ -2,7 +2,7 @@
 //! the trace recorder their calls feed. The admin server and `valet-run` itself change it;
 //! the store asks the placement it hands out. It also counts the guests running per tenant
 //! (`valet-run`'s, its tenants', the node agent's pods), so that the admin API removes a
-//! tenant's files only while none runs, unless forced.
+//! tenant's files only while none runs, unless forced, and keeps each tenant's quota.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,10 +11,11 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use valet_vfs::Store;
+use valet_vfs::{Store, TenantId};
 use wasmtime::Engine;
 
 use crate::policy::{self, Limits, PolicyModule, WasmPlacement};
+use crate::quota::Quota;
 use crate::remove::{self, Removal, RemoveRequest, TenantBusy, TenantUsage};
 use crate::trace::{Recorder, TraceOut};
 
@@ -41,6 +42,8 @@ pub struct Registry {
     /// Guests running now, by tenant. Held for a whole removal: a guest that starts
     /// meanwhile waits for it to end.
     guests: Mutex<BTreeMap<String, usize>>,
+    /// Each tenant's quota, by tenant name: one per tenant, shared by its guests.
+    quotas: Mutex<BTreeMap<String, Arc<Quota>>>,
 }
 
 /// A guest counted as running (see [`Registry::guest_running`]) until this is dropped.
@@ -74,6 +77,7 @@ impl Registry {
             active: Mutex::new(BTreeMap::new()),
             recorder: Mutex::new(None),
             guests: Mutex::new(BTreeMap::new()),
+            quotas: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -241,6 +245,25 @@ impl Registry {
 
     fn lock_guests(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
         self.guests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The quota of tenant `name` (`tenant` on the store), made at its first guest with a
+    /// quota and shared by the later ones; the latest `limit` holds.
+    pub fn quota(&self, name: &str, tenant: TenantId, limit: u64) -> Arc<Quota> {
+        let mut quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        let q = quotas
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Quota::new(self.store.clone(), tenant, limit)));
+        q.set_limit(limit);
+        q.clone()
+    }
+
+    /// Every tenant's quota, by tenant name (tenants without one left out).
+    pub fn quotas(&self) -> BTreeMap<String, Arc<Quota>> {
+        self.quotas
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// How many guests of each tenant run now (tenants with none may be left out).

@@ -71,7 +71,6 @@ use wasmtime::{Engine, Module};
 use crate::admin::{self, Registry, RunningGuest};
 use crate::device::DeviceSpec;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
-use crate::quota::Quota;
 use pod::PodConfig;
 use proto::{Create, FromAgent, ToAgent};
 
@@ -105,7 +104,6 @@ pub struct Agent {
     store: Store,
     registry: Arc<Registry>,
     modules: Mutex<HashMap<[u8; 32], Module>>,
-    quotas: Mutex<HashMap<String, Arc<Quota>>>,
     /// Held from a new tenant's admission check to its creation, so that two creates do
     /// not both take the last spare zones.
     admission: Mutex<()>,
@@ -201,7 +199,6 @@ pub fn serve(config: NodeConfig) -> Result<()> {
         store,
         registry,
         modules: Mutex::default(),
-        quotas: Mutex::default(),
         admission: Mutex::default(),
         running: Running::default(),
     });
@@ -410,7 +407,7 @@ impl Agent {
             self.store.set_entry_limit(tenant, config.files)?;
         }
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
-            Some(limit) => Some(self.quota(&config.tenant, tenant, limit)),
+            Some(limit) => Some(self.registry.quota(&config.tenant, tenant, limit)),
             None => None,
         };
         let bytes = match &module_file {
@@ -466,16 +463,6 @@ impl Agent {
             );
         }
         Ok(self.store.tenant(tenant)?)
-    }
-
-    /// The tenant's quota (one per tenant, shared by its pods; the latest limit holds).
-    fn quota(&self, name: &str, tenant: TenantId, limit: u64) -> Arc<Quota> {
-        let mut quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
-        let q = quotas
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Quota::new(self.store.clone(), tenant, limit)));
-        q.set_limit(limit);
-        q.clone()
     }
 
     /// The compiled module of `bytes` (named `path`), compiled once per distinct content:
