@@ -170,9 +170,8 @@ impl Store {
         let written = file.write_all_at(data, offset);
         let mut inner = self.lock()?;
         // Even a failed write may have left some of its bytes: they are the file's too.
-        if let Ok(size) = inner.state.inode(ino).map(|i| i.size) {
-            let grown = size.max(offset + data.len() as u64);
-            inner.state.set_size(ino, grown)?.mtime_ns = super::now_ns();
+        if let Ok(inode) = inner.state.grow(ino, offset + data.len() as u64) {
+            inode.mtime_ns = super::now_ns();
         }
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = false;

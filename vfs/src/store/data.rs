@@ -184,8 +184,7 @@ impl Store {
                     w.wrote(pos, n);
                     let full = w.len == buf_size as usize;
                     of.unreported += n as u64;
-                    let grown = inner.state.inode(ino)?.size.max(pos + n as u64);
-                    inner.state.set_size(ino, grown)?.mtime_ns = now_ns();
+                    inner.state.grow(ino, pos + n as u64)?.mtime_ns = now_ns();
                     done += n;
                     if full {
                         // A full window ends on a block boundary: nothing to pad.
@@ -1172,8 +1171,7 @@ impl Inner {
         w.buf[at..at + data.len()].copy_from_slice(data);
         w.wrote(offset, data.len());
         of.unreported += data.len() as u64;
-        let grown = self.state.inode(ino)?.size.max(end);
-        self.state.set_size(ino, grown)?.mtime_ns = now_ns();
+        self.state.grow(ino, end)?.mtime_ns = now_ns();
         Ok(true)
     }
 

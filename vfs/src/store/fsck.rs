@@ -150,7 +150,8 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
             "the tenants' trees hold {entries_of:?} entries, the store counts {counted:?}"
         ));
     }
-    let (bytes_of, counted) = (nonzero(bytes_of), nonzero(state.bytes_of.clone()));
+    let counted = (0..state.bytes_of.len() as TenantId).map(|t| (t, state.tenant_bytes(t)));
+    let (bytes_of, counted) = (nonzero(bytes_of), nonzero(counted.collect()));
     if bytes_of != counted {
         problem(format!(
             "the tenants' files hold {bytes_of:?} bytes, the store counts {counted:?}"

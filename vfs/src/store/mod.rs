@@ -1067,13 +1067,7 @@ impl Store {
     /// The bytes a tenant's files and links hold (their sizes, each inode once), files
     /// removed while still open included, since their data stays: what a quota counts.
     pub fn tenant_bytes(&self, tenant: TenantId) -> Result<u64> {
-        Ok(self
-            .lock()?
-            .state
-            .bytes_of
-            .get(&tenant)
-            .copied()
-            .unwrap_or(0))
+        Ok(self.lock()?.state.tenant_bytes(tenant))
     }
 
     /// The entries of a directory, by name (without `.` and `..`).

@@ -556,6 +556,23 @@ mod tests {
         refused_unchanged(&device, &format!("journal record {seq} does not apply"));
     }
 
+    /// A tenant id is an index (its byte count is kept in a vector): one past the tenants
+    /// is refused, not allocated for.
+    #[test]
+    fn a_journal_making_an_inode_of_a_tenant_not_made_is_refused() {
+        let (device, a_file, _) = two_tenants();
+        let stray = MetaOp::CreateInode {
+            ino: 999_999,
+            kind: FileKind::File,
+            tenant: u32::MAX,
+            hint: crate::Hint::zoned(0),
+            time_ns: 0,
+            born_host_bytes: 0,
+        };
+        append_not_newest(&device, stray, a_file);
+        refused_unchanged(&device, "inode 999999 of tenant 4294967295, not made yet");
+    }
+
     /// Found by `metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent`'s
     /// first version: the release of a zone past the device was looked up before its range
     /// was checked, and panicked.

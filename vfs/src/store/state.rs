@@ -212,13 +212,27 @@ pub struct State {
     /// Directory entries (files, directories, links) in each tenant's tree.
     pub entries_of: HashMap<TenantId, u64>,
     /// The sizes of each tenant's files and links summed, each inode once (open files
-    /// already unlinked included). Kept as sizes change ([`State::set_size`]), so a quota
-    /// or a scrape reads it without walking the inodes.
-    pub bytes_of: HashMap<TenantId, u64>,
+    /// already unlinked included), indexed by tenant id. Kept as sizes change
+    /// ([`State::set_size`], on every write: an index, not a hash), so a quota or a scrape
+    /// reads it without walking the inodes.
+    pub bytes_of: Vec<u64>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
     Err(Error::Corrupt(why))
+}
+
+/// Sets `inode`'s size to `size`, moving its tenant's count in `bytes_of` by as much.
+fn resize(bytes_of: &mut Vec<u64>, inode: &mut Inode, size: u64) {
+    if inode.kind != FileKind::Dir && inode.size != size {
+        let tenant = inode.tenant as usize;
+        if tenant >= bytes_of.len() {
+            bytes_of.resize(tenant + 1, 0);
+        }
+        let held = &mut bytes_of[tenant];
+        *held = (*held - inode.size.min(*held)).saturating_add(size);
+    }
+    inode.size = size;
 }
 
 impl State {
@@ -236,7 +250,7 @@ impl State {
             symlinks: HashMap::new(),
             extents: 0,
             entries_of: HashMap::new(),
-            bytes_of: HashMap::new(),
+            bytes_of: Vec::new(),
         }
     }
 
@@ -253,15 +267,26 @@ impl State {
     }
 
     /// Sets an inode's size, keeping its tenant's [`State::bytes_of`]; returns the inode
-    /// for its other fields. Every change of a size goes through here.
+    /// for its other fields. Every change of a size goes through here or [`State::grow`].
     pub fn set_size(&mut self, ino: Ino, size: u64) -> Result<&mut Inode> {
         let inode = self.inodes.get_mut(&ino).ok_or(Error::NotFound)?;
-        if inode.kind != FileKind::Dir && inode.size != size {
-            let held = self.bytes_of.entry(inode.tenant).or_default();
-            *held = (*held - inode.size.min(*held)).saturating_add(size);
-        }
-        inode.size = size;
+        resize(&mut self.bytes_of, inode, size);
         Ok(inode)
+    }
+
+    /// Makes an inode at least `end` bytes long (a write ending there): one lookup, as
+    /// every write to a store file makes it under the store's lock.
+    pub fn grow(&mut self, ino: Ino, end: u64) -> Result<&mut Inode> {
+        let inode = self.inodes.get_mut(&ino).ok_or(Error::NotFound)?;
+        if end > inode.size {
+            resize(&mut self.bytes_of, inode, end);
+        }
+        Ok(inode)
+    }
+
+    /// The bytes `tenant`'s files hold (see [`State::bytes_of`]).
+    pub fn tenant_bytes(&self, tenant: TenantId) -> u64 {
+        self.bytes_of.get(tenant as usize).copied().unwrap_or(0)
     }
 
     /// Applies one operation. Fails only on an operation that does not fit the state, which
@@ -278,6 +303,10 @@ impl State {
             } => {
                 if self.inodes.contains_key(ino) {
                     return corrupt(format!("inode {ino} created twice"));
+                }
+                // A tenant's root is made just before the tenant; nothing after its tenant.
+                if *tenant as usize > self.tenants.len() {
+                    return corrupt(format!("inode {ino} of tenant {tenant}, not made yet"));
                 }
                 let inode = Inode {
                     kind: *kind,
@@ -341,7 +370,7 @@ impl State {
                 let Some(inode) = self.inodes.remove(ino) else {
                     return corrupt(format!("free of missing inode {ino}"));
                 };
-                if let Some(held) = self.bytes_of.get_mut(&inode.tenant) {
+                if let Some(held) = self.bytes_of.get_mut(inode.tenant as usize) {
                     *held -= inode.size.min(*held);
                 }
                 self.names.remove(ino);
@@ -412,8 +441,7 @@ impl State {
                 if inode.kind != FileKind::File {
                     return corrupt(format!("inline data for inode {ino}, not a file"));
                 }
-                let grown = inode.size.max(*size);
-                let inode = self.set_size(*ino, grown)?;
+                let inode = self.grow(*ino, *size)?;
                 inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
                 inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
                 self.inline.add(*ino, *gen, *offset, data);
@@ -441,8 +469,7 @@ impl State {
                 size,
                 mtime_ns,
             } => {
-                let grown = self.inode(*ino)?.size.max(*size);
-                let inode = self.set_size(*ino, grown)?;
+                let inode = self.grow(*ino, *size)?;
                 inode.mtime_ns = inode.mtime_ns.max(*mtime_ns);
                 inode.ctime_ns = inode.ctime_ns.max(*mtime_ns);
             }
@@ -545,8 +572,15 @@ impl State {
         for (ino, inode) in snap.inodes {
             state.extents += inode.extents.len();
             *state.entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
+            if inode.tenant as usize > state.tenants.len() {
+                return corrupt(format!("inode {ino} of tenant {}, not made", inode.tenant));
+            }
             if inode.kind != FileKind::Dir {
-                *state.bytes_of.entry(inode.tenant).or_default() += inode.size;
+                let tenant = inode.tenant as usize;
+                if tenant >= state.bytes_of.len() {
+                    state.bytes_of.resize(tenant + 1, 0);
+                }
+                state.bytes_of[tenant] += inode.size;
             }
             for (_, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
