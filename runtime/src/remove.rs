@@ -73,6 +73,9 @@ pub struct TenantUsage {
     /// Its guests running now (known to a running `valet-run` or node agent only).
     #[serde(default)]
     pub guests: usize,
+    /// Its quota in bytes, if its guests have one (known to a running process only).
+    #[serde(default)]
+    pub quota: Option<u64>,
 }
 
 impl TenantUsage {
@@ -86,6 +89,7 @@ impl TenantUsage {
                 names: store.tenant_entries(id)?,
                 bytes: store.tenant_bytes(id)?,
                 guests: 0,
+                quota: None,
             });
         }
         Ok(all)
@@ -101,7 +105,11 @@ impl std::fmt::Display for TenantUsage {
             bytes,
             ..
         } = self;
-        write!(f, "{id:>4}  {name}  {names} names  {bytes} bytes")
+        write!(f, "{id:>4}  {name}  {names} names  {bytes} bytes")?;
+        match self.quota {
+            Some(quota) => write!(f, " of a {quota}-byte quota"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -568,6 +568,7 @@ fn guest_with_admin(dev: &Path, sock: &Path) -> std::process::Child {
         .arg(dev)
         .arg("--admin")
         .arg(sock)
+        .args(["--quota", "64M"])
         .arg(valet_guests::WRITE_THEN_WAIT)
         .args(["--", "/data", "wait"])
         .stdin(Stdio::piped())
@@ -615,7 +616,10 @@ fn rm_through_the_admin_api_while_a_guest_runs() {
     let lines: Vec<&str> = listing.lines().collect();
     assert_eq!(lines.len(), 2, "{listing}");
     assert!(lines[0].starts_with("   0  default  "), "{listing}");
-    assert!(lines[0].ends_with("  1 guests running"), "{listing}");
+    assert!(
+        lines[0].ends_with(" bytes of a 67108864-byte quota  1 guests running"),
+        "{listing}"
+    );
     assert!(
         lines[1].ends_with("  gone  11 names  1582318 bytes  0 guests running"),
         "{listing}"

@@ -281,12 +281,14 @@ impl Registry {
         }
     }
 
-    /// Every tenant of the store with its use and its guests running now.
+    /// Every tenant of the store with its use, its guests running now and its quota.
     pub fn tenants(&self) -> Result<Vec<TenantUsage>> {
         let mut all = TenantUsage::of_store(&self.store)?;
+        let quotas = self.quotas();
         let guests = self.lock_guests();
         for t in &mut all {
             t.guests = guests.get(&t.name).copied().unwrap_or(0);
+            t.quota = quotas.get(&t.name).map(|q| q.limit());
         }
         Ok(all)
     }
