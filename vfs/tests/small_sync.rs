@@ -534,9 +534,14 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 /// written busy, the second hands them off (the third's start says the second ended).
 fn wait_for_handoffs(store: &Store) {
     let from = store.stats().handoff_rounds;
+    wait_until("hand-offs", || store.stats().handoff_rounds >= from + 3);
+}
+
+/// Polls `done` until it holds; fails after 10 s, naming `what` it waited for.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while store.stats().handoff_rounds < from + 3 {
-        assert!(std::time::Instant::now() < deadline, "no hand-off in 10 s");
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "no {what} in 10 s");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
@@ -571,14 +576,10 @@ fn a_killed_process_keeps_what_a_handoff_wrote() {
                 Some(_) => {
                     // A file with buffers on their way to the device is not handed off: on
                     // a loaded machine a's two full buffers may take several rounds.
-                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-                    while store.stats().device_bytes < 2 * 512 * 1024 {
-                        assert!(
-                            std::time::Instant::now() < deadline,
-                            "a's buffers not written"
-                        );
-                        std::thread::sleep(std::time::Duration::from_millis(2));
-                    }
+                    let full = 2 * StoreConfig::default().buffer_size as u64;
+                    wait_until("write of a's full buffers", || {
+                        store.stats().device_bytes >= full
+                    });
                     wait_for_handoffs(&store)
                 }
                 None => std::thread::sleep(std::time::Duration::from_millis(50)),

@@ -222,14 +222,19 @@ fn corrupt<T>(why: String) -> Result<T> {
     Err(Error::Corrupt(why))
 }
 
+/// `tenant`'s count in `bytes_of`, the vector grown to hold it.
+fn held_by(bytes_of: &mut Vec<u64>, tenant: TenantId) -> &mut u64 {
+    let tenant = tenant as usize;
+    if tenant >= bytes_of.len() {
+        bytes_of.resize(tenant + 1, 0);
+    }
+    &mut bytes_of[tenant]
+}
+
 /// Sets `inode`'s size to `size`, moving its tenant's count in `bytes_of` by as much.
 fn resize(bytes_of: &mut Vec<u64>, inode: &mut Inode, size: u64) {
     if inode.kind != FileKind::Dir && inode.size != size {
-        let tenant = inode.tenant as usize;
-        if tenant >= bytes_of.len() {
-            bytes_of.resize(tenant + 1, 0);
-        }
-        let held = &mut bytes_of[tenant];
+        let held = held_by(bytes_of, inode.tenant);
         *held = (*held - inode.size.min(*held)).saturating_add(size);
     }
     inode.size = size;
@@ -576,11 +581,7 @@ impl State {
                 return corrupt(format!("inode {ino} of tenant {}, not made", inode.tenant));
             }
             if inode.kind != FileKind::Dir {
-                let tenant = inode.tenant as usize;
-                if tenant >= state.bytes_of.len() {
-                    state.bytes_of.resize(tenant + 1, 0);
-                }
-                state.bytes_of[tenant] += inode.size;
+                *held_by(&mut state.bytes_of, inode.tenant) += inode.size;
             }
             for (_, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
