@@ -500,8 +500,9 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
     };
     // Whatever the guests left open or unsynced is made durable, and the journal sealed,
     // before we report, even when one of them failed.
+    // The stats are printed even when that fails: they show why (a full device, say).
     let stats_of = store.clone();
-    store.unmount().context("syncing the store at exit")?;
+    let unmounted = store.unmount().context("syncing the store at exit");
     let stats = stats_of.stats();
     if cli.stats {
         eprint!("{}", valet_runtime::stats::summary(&stats));
@@ -510,6 +511,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         let json = serde_json::to_string_pretty(&stats)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
+    unmounted?;
     code
 }
 

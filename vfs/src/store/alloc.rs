@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use super::extent_map::Extent;
 use super::gc::Pick;
+use super::journal::META_ZONES;
 use super::state::MetaOp;
 use super::zone_map::{StreamKey, ZoneUse};
 use super::{Inner, Store};
@@ -216,10 +217,15 @@ impl Inner {
                 return Ok(Err(Need::Collect(own)));
             }
         }
+        // Say what the room for data is, not the raw device: the metadata zones and GC's
+        // reserve are never the guests'.
         let live = self.state.zones.total_valid() * self.state.block_size();
+        let geometry = &self.state.geometry;
+        let data_zones = geometry.zone_count.saturating_sub(META_ZONES.len() as u32);
         Err(Error::NoSpace(format!(
-            "{live} bytes of live data fill the device's {} bytes: no zone can be freed",
-            self.state.geometry.capacity_bytes()
+            "{live} bytes of live data are in the device's {data_zones} data zones of {} bytes \
+             ({} of them kept for GC): no zone can be freed",
+            geometry.zone_capacity, self.config.gc_reserve_zones
         )))
     }
 
