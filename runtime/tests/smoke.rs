@@ -45,6 +45,33 @@ fn our_failures_are_one_line_and_exit_125() {
     }
 }
 
+/// A guest that fills the device: its sync gets ENOSPC, the error names the room the data
+/// has, and `--stats` is still printed although the exit sync fails too (the guest's last
+/// file cannot fit).
+#[test]
+fn a_full_device_is_reported_with_the_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.path())
+        .args(["--zone-size", "1", "--zones", "6", "--stats"])
+        .arg(valet_guests::WRITE_BENCH)
+        .args(["files", "262144", "64", "/data"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains("WAF"), "stats summary on stderr: {stderr}");
+    let last = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("valet-run: error: syncing the store at exit: no space left")
+            && last.contains("4 data zones"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn policy_given_as_a_missing_wasm_file_finds_the_builtin() {
     let dir = tempfile::tempdir().unwrap();
