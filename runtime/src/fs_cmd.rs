@@ -198,7 +198,8 @@ pub struct StoreArgs {
     io: IoMode,
 }
 
-/// The geometry of an image device `import` creates (ignored when the device exists).
+/// The geometry of an image device `valet-run` or `import` creates (ignored when the device
+/// exists).
 #[derive(Args, Debug, Clone)]
 pub struct NewDeviceArgs {
     /// Zone size in MiB, when creating the image.
@@ -215,8 +216,9 @@ pub struct NewDeviceArgs {
 }
 
 impl NewDeviceArgs {
-    /// The embedded default with the options applied, as `valet-run` computes it.
-    fn geometry(&self) -> Result<Geometry> {
+    /// The embedded default with the options applied (keeping its capacity/size ratio,
+    /// 3/4, on whole blocks).
+    pub fn geometry(&self) -> Result<Geometry> {
         let mut geometry = Geometry::EMBEDDED_DEFAULT;
         if let Some(mib) = self.zone_size {
             let size = mib

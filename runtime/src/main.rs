@@ -21,12 +21,12 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use valet_runtime::admin::{self, Registry};
 use valet_runtime::device::DeviceSpec;
-use valet_runtime::fs_cmd::{self, FsCommand};
+use valet_runtime::fs_cmd::{self, FsCommand, NewDeviceArgs};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use valet_runtime::policy_cmd::{self, PolicyCommand};
 use valet_runtime::tenants;
 use valet_runtime::termination;
-use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::device::IoMode;
 
 /// Exit code for failures of valet-run itself (as `env` and container runtimes do).
 const EXIT_OURS: u8 = 125;
@@ -209,17 +209,8 @@ struct DeviceArgs {
     #[arg(long, value_name = "DEVICE")]
     fdp: Option<PathBuf>,
 
-    /// Zone size in MiB, when creating the image.
-    #[arg(long, value_name = "MIB")]
-    zone_size: Option<u64>,
-
-    /// Number of zones, when creating the image.
-    #[arg(long)]
-    zones: Option<u32>,
-
-    /// Most open zones, when creating the image.
-    #[arg(long)]
-    max_open: Option<u32>,
+    #[command(flatten)]
+    new_device: NewDeviceArgs,
 
     /// Device I/O engine of the image: plain syscalls (`sync`) or io_uring for large
     /// writes (`uring`, or `auto` where the kernel allows it).
@@ -258,25 +249,7 @@ fn parse_writeback(text: &str) -> std::result::Result<Writeback, String> {
 
 impl DeviceArgs {
     fn spec(&self) -> Result<DeviceSpec> {
-        let mut geometry = Geometry::EMBEDDED_DEFAULT;
-        if let Some(mib) = self.zone_size {
-            let size = mib
-                .checked_mul(1 << 20)
-                .context("--zone-size is too large")?;
-            // Keep the default's capacity/size ratio (3/4), on whole blocks.
-            geometry.zone_size = size;
-            geometry.zone_capacity = size / 4 * 3 / 4096 * 4096;
-        }
-        if let Some(zones) = self.zones {
-            geometry.zone_count = zones;
-        }
-        if let Some(max_open) = self.max_open {
-            geometry.max_open = max_open;
-            geometry.max_active = geometry.max_active.max(max_open);
-        }
-        geometry
-            .validate()
-            .context("the requested device geometry")?;
+        let geometry = self.new_device.geometry()?;
         Ok(DeviceSpec {
             dir: self.device.clone(),
             zonefs: self.zonefs.clone(),
