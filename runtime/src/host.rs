@@ -11,8 +11,10 @@
 //! engine of [`Stopping::EpochChecks`] has epoch interruption on; an epoch tick asks each
 //! store whether its guest is ending; under [`Stopping::NoChecks`] the process's exit
 //! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is
-//! left parked until the process exits. Nothing bounds how many threads a guest spawns (one
-//! OS thread each).
+//! left parked until the process exits. Each guest thread is an OS thread; a guest's
+//! [`GuestSpec::thread_limit`] bounds how many run at once, and its
+//! [`GuestSpec::cpu_limit`] the CPU time they use, charged at epoch checks
+//! ([`crate::cpu_limit`]).
 //!
 //! A trap is reported with the guest's own backtrace (wasm frames), never a host Rust
 //! backtrace.
@@ -29,6 +31,8 @@ use wasmtime::{
     UpdateDeadline,
 };
 
+use crate::cpu_limit::{CpuBudget, CpuLimit, ThreadMeter};
+use crate::epoch_clock;
 use crate::wasi::{self, Ending, Exit, GuestState, MemRef, Preopened, WasiCtx};
 
 /// A directory (or socket) the guest sees.
@@ -77,6 +81,10 @@ pub struct GuestSpec {
     /// pids limit): a `thread-spawn` past it fails, as `clone` fails at a cgroup's pids
     /// limit, and wasi-libc's `pthread_create` returns EAGAIN.
     pub thread_limit: Option<u32>,
+    /// The most CPU time the guest's threads may use per period (a pod's CPU limit; see
+    /// [`crate::cpu_limit`]). Kept at epoch checks: the engine must have them
+    /// ([`Stopping::EpochChecks`]).
+    pub cpu_limit: Option<CpuLimit>,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -244,10 +252,16 @@ pub fn may_spawn_threads(bytes: &[u8]) -> bool {
 }
 
 /// Sets a store up for epoch interruption: at every tick it goes on, unless its guest is
-/// ending.
-fn watch_epochs(store: &mut wasmtime::Store<GuestState>) {
+/// ending; a thread of a guest with a CPU limit is charged for its CPU time there, and
+/// pauses while the guest is over its budget.
+fn watch_epochs(store: &mut wasmtime::Store<GuestState>, budget: Option<&Arc<CpuBudget>>) {
+    store.data_mut().cpu = budget.map(|b| ThreadMeter::new(b.clone()));
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|ctx| {
+    store.epoch_deadline_callback(|mut ctx| {
+        let GuestState { cpu, wasi, .. } = ctx.data_mut();
+        if let Some(meter) = cpu {
+            meter.check(|| wasi.is_ending());
+        }
         if ctx.data().wasi.is_ending() {
             Err(wasmtime::Error::new(Ending))
         } else {
@@ -302,6 +316,8 @@ pub struct Threads {
     /// Threads running, the first included, and the most that may ([`GuestSpec::thread_limit`]).
     running: AtomicU32,
     limit: u32,
+    /// The guest's CPU budget, when it has a limit: every thread's store is charged to it.
+    cpu: Option<Arc<CpuBudget>>,
     end: Mutex<Option<End>>,
     ended: Condvar,
 }
@@ -323,7 +339,7 @@ impl Threads {
         let mut state = GuestState::new(self.wasi.clone(), MemRef::Shared(self.memory.clone()));
         state.threads = Some(self.clone());
         let mut store = wasmtime::Store::new(&self.engine, state);
-        watch_epochs(&mut store);
+        watch_epochs(&mut store, self.cpu.as_ref());
         store
     }
 
@@ -411,6 +427,12 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
     let mut linker: Linker<GuestState> = Linker::new(engine);
     wasi::add_to_linker(&mut linker)?;
     let threaded = is_threaded(module);
+    // A limited guest keeps the epoch clock ticking while it runs.
+    let budget = spec.cpu_limit.map(CpuBudget::new);
+    let _ticking = budget.as_ref().map(|_| {
+        epoch_clock::register(engine);
+        epoch_clock::Running::start()
+    });
     if threaded {
         linker
             .func_wrap(
@@ -426,9 +448,9 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
             .map_err(|e| anyhow::anyhow!("linking thread-spawn: {e}"))?;
     }
     let end = if threaded {
-        run_threaded(engine, module, linker, spec, wasi.clone())?
+        run_threaded(engine, module, linker, spec, wasi.clone(), budget)?
     } else {
-        run_plain(engine, module, linker, spec, wasi.clone())?
+        run_plain(engine, module, linker, spec, wasi.clone(), budget)?
     };
     wasi.end();
     let closed = wasi.close_all();
@@ -463,6 +485,7 @@ fn run_plain(
     mut linker: Linker<GuestState>,
     spec: &GuestSpec,
     wasi: Arc<WasiCtx>,
+    budget: Option<Arc<CpuBudget>>,
 ) -> Result<End> {
     check_imports(&mut linker, module, spec)?;
     if let Some(stop) = &spec.stop {
@@ -478,7 +501,7 @@ fn run_plain(
             .build();
         store.limiter(|state| &mut state.limits);
     }
-    watch_epochs(&mut store);
+    watch_epochs(&mut store, budget.as_ref());
     let instance = linker
         .instantiate(&mut store, module)
         .map_err(instantiate_error)?;
@@ -528,6 +551,7 @@ fn run_threaded(
     mut linker: Linker<GuestState>,
     spec: &GuestSpec,
     wasi: Arc<WasiCtx>,
+    budget: Option<Arc<CpuBudget>>,
 ) -> Result<End> {
     let Some(import) = module
         .imports()
@@ -564,6 +588,7 @@ fn run_threaded(
         next_tid: AtomicU32::new(1),
         running: AtomicU32::new(1),
         limit: spec.thread_limit.unwrap_or(u32::MAX),
+        cpu: budget,
         end: Mutex::new(None),
         ended: Condvar::new(),
     });

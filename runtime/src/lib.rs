@@ -5,14 +5,15 @@
 //! Not here: the store itself (valet-vfs), policies (policies/), guests (guests/).
 
 pub mod admin;
+pub mod cpu_limit;
 pub mod device;
+pub mod epoch_clock;
 pub mod fs_cmd;
 pub mod host;
 pub mod inspect;
 pub mod metrics;
 pub mod node;
 pub mod policy;
-pub mod policy_clock;
 pub mod policy_cmd;
 pub mod quota;
 pub mod remove;

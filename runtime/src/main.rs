@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use valet_runtime::admin::{self, Registry};
+use valet_runtime::cpu_limit::{self, CpuLimit};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::fs_cmd::{self, FsCommand, NewDeviceArgs};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
@@ -141,6 +142,14 @@ struct RunArgs {
     /// sets no `quota` of its own.
     #[arg(long, value_name = "SIZE", value_parser = parse_quota)]
     quota: Option<u64>,
+
+    /// The most CPU the guest may use, in cores (`0.5`, `2`), as a container's CPU limit:
+    /// its threads pause at their epoch checks once they used that many cores' worth of CPU
+    /// time in a 100 ms period. The guest is then compiled with epoch checks, which cost
+    /// CPU-bound code 10-20 %. With `--tenants`, for each tenant that sets no `cpus` of its
+    /// own.
+    #[arg(long, value_name = "CORES", value_parser = cpu_limit::parse_cores)]
+    cpus: Option<CpuLimit>,
 
     /// A TCP listener for the guest (IP:PORT), preopened as a descriptor after the
     /// directories, for `sock_accept`.
@@ -336,8 +345,9 @@ fn run(cli: Cli) -> Result<u8> {
 fn run_guests(cli: RunArgs) -> Result<u8> {
     let device = cli.device.spec()?;
     // One guest ends with the process, so its code needs no epoch checks unless a timeout
-    // may have to stop it (tenants choose theirs, see `tenants::run`).
-    let engine = host::engine(if cli.timeout.is_some() {
+    // may have to stop it or a CPU limit pause it (tenants choose theirs, see
+    // `tenants::run`).
+    let engine = host::engine(if cli.timeout.is_some() || cli.cpus.is_some() {
         host::Stopping::EpochChecks
     } else {
         host::Stopping::NoChecks
@@ -360,6 +370,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             for t in &mut list {
                 t.max_threads = t.max_threads.or(cli.max_threads);
                 t.quota = t.quota.or(cli.quota);
+                t.cpus = t.cpus.or(cli.cpus);
             }
             list
         }
@@ -441,6 +452,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
             thread_limit: cli.max_threads,
+            cpu_limit: cli.cpus,
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

@@ -24,7 +24,7 @@ use wasmtime::{
     StoreLimitsBuilder, TypedFunc, UpdateDeadline, ValType,
 };
 
-use crate::policy_clock::{self, Running};
+use crate::epoch_clock::{self, Running};
 
 /// What a policy may use.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +64,7 @@ impl Default for Limits {
 const LOAD_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The engine policies run on: fuel metering and epoch deadlines on, nothing else the ABI
-/// does not need. Its epoch advances while a policy call runs ([`policy_clock`]).
+/// does not need. Its epoch advances while a policy call runs ([`epoch_clock`]).
 ///
 /// Compiled policies are cached on disk like guests (wasmtime's cache, keyed by the module's
 /// bytes and this configuration): every `valet-run` loads the built-ins, and compiling them
@@ -79,7 +79,7 @@ pub fn engine() -> Result<Engine> {
     let engine = Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("creating the policy engine")?;
-    policy_clock::register(&engine);
+    epoch_clock::register(&engine);
     Ok(engine)
 }
 
@@ -210,7 +210,7 @@ fn thread_cpu_time() -> Duration {
 
 /// Epoch ticks of `budget`, at least one.
 fn ticks(budget: Duration) -> u64 {
-    (budget.as_millis() / policy_clock::TICK.as_millis()).max(1) as u64
+    (budget.as_millis() / epoch_clock::TICK.as_millis()).max(1) as u64
 }
 
 /// The thread's CPU time is only known on it, so the deadline is an epoch deadline set for

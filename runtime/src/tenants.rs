@@ -10,6 +10,7 @@
 //! env = { K = "V" }             # optional
 //! max_threads = 16              # optional; threads the guest may run at once (as --max-threads)
 //! quota = "512M"                # optional; the most bytes its files may hold (as --quota)
+//! cpus = 0.5                    # optional; the most CPU its guest may use, in cores (as --cpus)
 //! ```
 //!
 //! Each tenant runs in its own thread with its own wasmtime store and WASI context, on one
@@ -36,6 +37,7 @@ use valet_vfs::Store;
 use wasmtime::{Engine, Module};
 
 use crate::admin::Registry;
+use crate::cpu_limit::CpuLimit;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop, Stopping};
 use crate::node::pod::parse_size;
 use crate::wasi::SpaceLimit;
@@ -75,6 +77,20 @@ pub struct TenantConfig {
     /// takes it; a tenant without one takes `valet-run --quota`, if given.
     #[serde(default, deserialize_with = "size")]
     pub quota: Option<u64>,
+    /// The most CPU the guest may use, in cores ([`GuestSpec::cpu_limit`]); a tenant
+    /// without one takes `valet-run --cpus`, if given.
+    #[serde(default, deserialize_with = "cores")]
+    pub cpus: Option<CpuLimit>,
+}
+
+/// A CPU limit in cores, as `--cpus` takes it (`0.5`, `2`).
+fn cores<'de, D: serde::Deserializer<'de>>(
+    de: D,
+) -> std::result::Result<Option<CpuLimit>, D::Error> {
+    let cores = f64::deserialize(de)?;
+    CpuLimit::cores(cores)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("cpus: {e}")))
 }
 
 /// A size as `--quota` takes it (`512M`).
@@ -142,8 +158,12 @@ pub struct TenantExit {
 }
 
 /// The module of `app` and the engine it was compiled for (one engine of each kind,
-/// made when first needed).
-fn compile(engines: &mut HashMap<Stopping, Engine>, app: &Path) -> Result<(Engine, Module)> {
+/// made when first needed); with `epoch_checks`, always an engine that has them.
+fn compile(
+    engines: &mut HashMap<Stopping, Engine>,
+    app: &Path,
+    epoch_checks: bool,
+) -> Result<(Engine, Module)> {
     let bytes = host::read_module(app)?;
     let mut engine_for = |stopping: Stopping| -> Result<Engine> {
         if let Some(engine) = engines.get(&stopping) {
@@ -153,7 +173,7 @@ fn compile(engines: &mut HashMap<Stopping, Engine>, app: &Path) -> Result<(Engin
         engines.insert(stopping, engine.clone());
         Ok(engine)
     };
-    if !host::may_spawn_threads(&bytes) {
+    if !epoch_checks && !host::may_spawn_threads(&bytes) {
         let engine = engine_for(Stopping::NoChecks)?;
         let module = host::compile(&engine, app, &bytes)?;
         // The byte search is a shortcut; the module's own imports decide.
@@ -193,15 +213,17 @@ pub fn run(
     }
     let mut prepared = Vec::new();
     let mut engines: HashMap<Stopping, Engine> = HashMap::new();
-    let mut modules: HashMap<&Path, (Engine, Module)> = HashMap::new();
+    let mut modules: HashMap<(&Path, bool), (Engine, Module)> = HashMap::new();
     for (t, stop) in tenants.iter().zip(stops) {
-        // Tenants running the same app share one compilation.
-        let (engine, module) = match modules.get(t.app.as_path()) {
+        // Tenants running the same app share one compilation (one with a CPU limit needs
+        // epoch checks, which keep it).
+        let limited = t.cpus.is_some();
+        let (engine, module) = match modules.get(&(t.app.as_path(), limited)) {
             Some(compiled) => compiled.clone(),
             None => {
-                let compiled =
-                    compile(&mut engines, &t.app).with_context(|| format!("tenant {}", t.name))?;
-                modules.insert(&t.app, compiled.clone());
+                let compiled = compile(&mut engines, &t.app, limited)
+                    .with_context(|| format!("tenant {}", t.name))?;
+                modules.insert((&t.app, limited), compiled.clone());
                 compiled
             }
         };
@@ -227,6 +249,7 @@ pub fn run(
             }],
             trap_unknown_imports: false,
             thread_limit: t.max_threads,
+            cpu_limit: t.cpus,
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

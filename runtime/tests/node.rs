@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use valet_runtime::admin::{client, AdminAddr};
 use valet_runtime::device::DeviceSpec;
-use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
+use valet_runtime::node::proto::{self, CpuQuota, Create, FromAgent, ToAgent};
 use valet_runtime::node::{self, NodeConfig};
 use valet_runtime::remove::Removal;
 use valet_vfs::device::{Geometry, IoMode};
@@ -138,17 +138,31 @@ fn create_on(
     annotations: &[(&str, &str)],
     args: &[&str],
 ) -> (Pod, FromAgent) {
-    create_with(f, id, annotations, args, &[("POD_EXIT", "0")], None)
+    create_with(
+        f,
+        id,
+        annotations,
+        args,
+        &[("POD_EXIT", "0")],
+        Limits::default(),
+    )
 }
 
-/// [`create_on`] with the guest's environment and memory limit.
+/// The container's resource limits, as the shim reads them from its OCI spec.
+#[derive(Default)]
+struct Limits {
+    memory: Option<u64>,
+    cpu: Option<CpuQuota>,
+}
+
+/// [`create_on`] with the guest's environment and limits.
 fn create_with(
     f: &Fixture,
     id: &str,
     annotations: &[(&str, &str)],
     args: &[&str],
     env: &[(&str, &str)],
-    memory_limit: Option<u64>,
+    limits: Limits,
 ) -> (Pod, FromAgent) {
     let conn = UnixStream::connect(&f.socket).unwrap();
     let rootfs = File::open(&f.rootfs).unwrap();
@@ -173,8 +187,9 @@ fn create_with(
         stdio: [false, true, true],
         content_store: false,
         module_fd: false,
-        memory_limit,
+        memory_limit: limits.memory,
         pids_limit: None,
+        cpu_limit: limits.cpu,
     });
     let stdio = [None, Some(out_w), Some(err_w)];
     proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
@@ -280,7 +295,7 @@ fn a_pod_at_its_limit_of_names_gets_enospc_while_another_keeps_creating() {
         &[("valet.io/tenant", "nlf"), ("valet.io/files", "10")],
         &["wlf", "/data", "3", "430"],
         &env("50"),
-        None,
+        Limits::default(),
     );
     let (m, cm) = create_with(
         f,
@@ -288,7 +303,7 @@ fn a_pod_at_its_limit_of_names_gets_enospc_while_another_keeps_creating() {
         &[("valet.io/tenant", "nmf")],
         &["wmf", "/data", "3", "430"],
         &env("300"),
-        None,
+        Limits::default(),
     );
     assert_eq!((cl, cm), (FromAgent::Created, FromAgent::Created));
     l.start();
@@ -342,6 +357,7 @@ fn bad_requests_fail_at_create_with_one_line() {
         module_fd: false,
         memory_limit: None,
         pids_limit: None,
+        cpu_limit: None,
     });
     proto::send(
         &conn,
@@ -396,7 +412,7 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
         &[("valet.io/tenant", "ns")],
         &["ws", "/data", "3", "430"],
         &[("POD_EXIT", "0"), ("POD_SLEEP_SECS", "3600")],
-        None,
+        Limits::default(),
     );
     assert_eq!(c, FromAgent::Created);
     p.start();
@@ -439,20 +455,82 @@ fn a_pods_memory_limit_bounds_its_guest() {
     let env = [("POD_EXIT", "0"), ("POD_ALLOC_MIB", "64")];
     let args = ["wm", "/data", "1", "430"];
     let tenant = [("valet.io/tenant", "nm")];
-    let (p, c) = create_with(fixture(), "m1", &tenant, &args, &env, Some(32 << 20));
+    let (p, c) = create_with(
+        fixture(),
+        "m1",
+        &tenant,
+        &args,
+        &env,
+        Limits {
+            memory: Some(32 << 20),
+            ..Limits::default()
+        },
+    );
     assert_eq!(c, FromAgent::Created);
     p.start();
     let (e, out, err) = p.wait();
     assert_ne!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert!(!out.contains("allocated"), "{out}");
     assert!(err.contains("memory allocation"), "{err}");
-    let (p, _) = create_with(fixture(), "m2", &tenant, &args, &env, None);
+    let (p, _) = create_with(fixture(), "m2", &tenant, &args, &env, Limits::default());
     p.start();
     let (e, out, err) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert!(
         out.contains("allocated 64 MiB") && out.contains("ok 1"),
         "{out}"
+    );
+}
+
+/// The CPU time a pod_writer run with `$POD_SPIN_MS` says it used.
+fn spun_ms(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cpu line: {stdout}"))
+}
+
+/// A pod's CPU limit holds its guest to its share: spinning for a second of wall time
+/// under a tenth of a core, it uses about a tenth of a second of CPU (at most 0.3 s: the
+/// overrun of a period is paid in the next), and the same guest without a limit more.
+#[test]
+fn a_pods_cpu_limit_bounds_the_cpu_time_its_guest_uses() {
+    let env = [("POD_EXIT", "0"), ("POD_SPIN_MS", "1000")];
+    let args = ["wc", "/data", "1", "430"];
+    let tenant = [("valet.io/tenant", "nc")];
+    let tenth = Limits {
+        cpu: Some(CpuQuota {
+            quota_us: 10_000,
+            period_us: 100_000,
+        }),
+        ..Limits::default()
+    };
+    let (p, c) = create_with(fixture(), "c1", &tenant, &args, &env, tenth);
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    let limited = spun_ms(&out);
+    assert!(limited <= 300, "{limited} ms of CPU in 1 s under 0.1 cores");
+    let (p, _) = create_with(fixture(), "c2", &tenant, &args, &env, Limits::default());
+    p.start();
+    let (e, out, err) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
+    let free = spun_ms(&out);
+    assert!(free > limited, "{free} ms without a limit, {limited} with");
+    // A limit the agent cannot keep is refused at create.
+    let bad = Limits {
+        cpu: Some(CpuQuota {
+            quota_us: 10,
+            period_us: 100_000,
+        }),
+        ..Limits::default()
+    };
+    let (_, c) = create_with(fixture(), "c3", &tenant, &args, &env, bad);
+    assert!(
+        matches!(&c, FromAgent::Failed { message } if message.contains("CPU limit")),
+        "{c:?}"
     );
 }
 
@@ -515,7 +593,7 @@ fn rewrites_in_place_never_reach_the_quota() {
         &[("valet.io/tenant", "nr"), ("valet.io/quota", "32KiB")],
         &["r", "/data", "50", "430"],
         &[("POD_EXIT", "0"), ("POD_REWRITE", "20")],
-        None,
+        Limits::default(),
     );
     assert_eq!(answer, FromAgent::Created);
     pod.start();
@@ -554,7 +632,7 @@ fn a_terminated_agent_stops_its_pods_with_the_signal_and_ends_by_it() {
                 &[("valet.io/tenant", name)],
                 &[name, "/data", "5", "430"],
                 &[("POD_EXIT", "0"), ("POD_SLEEP_SECS", "3600")],
-                None,
+                Limits::default(),
             );
             assert_eq!(c, FromAgent::Created);
             p.start();

@@ -72,6 +72,43 @@ fn a_full_device_is_reported_with_the_stats() {
     );
 }
 
+/// `--cpus` holds a guest that spins for 0.6 s of wall time under a tenth of a core to
+/// about 60 ms of CPU (a guest without a limit would use most of the 0.6 s); a number
+/// that is no CPU limit is our one-line error.
+#[test]
+fn cpus_bounds_the_cpu_time_a_guest_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.path())
+        .args(["--zone-size", "16", "--zones", "16", "--cpus", "0.1"])
+        .args(["--env", "POD_SPIN_MS=600"])
+        .arg(valet_guests::POD_WRITER)
+        .args(["w", "/data", "1", "430"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let cpu: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cpu line: {stdout}"));
+    assert!(cpu <= 200, "{cpu} ms of CPU in 0.6 s under 0.1 cores");
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.path())
+        .args(["--cpus", "0"])
+        .arg(valet_guests::POD_WRITER)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--cpus"), "{stderr}");
+}
+
 #[test]
 fn policy_given_as_a_missing_wasm_file_finds_the_builtin() {
     let dir = tempfile::tempdir().unwrap();

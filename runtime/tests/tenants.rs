@@ -221,6 +221,10 @@ fn bad_tenant_files_are_one_line_errors() {
             &*format!("[[tenant]]\nname = \"x\"\napp = {app:?}\nquota = \"12X\"\n"),
             "line 4, column 9 | 4 | quota = \"12X\" | ^^^^^ quota \"12X\": unknown unit",
         ),
+        (
+            &*format!("[[tenant]]\nname = \"x\"\napp = {app:?}\ncpus = 0\n"),
+            "cpus: 0 cores: give a number of cores above 0",
+        ),
     ];
     for (i, (text, what)) in cases.iter().enumerate() {
         let toml = tmp.path().join(format!("{i}.toml"));

@@ -53,7 +53,7 @@ use containerd_shimkit::sandbox::{Error, Instance, InstanceConfig};
 use content::ContentStore;
 use oci_spec::runtime::Spec;
 use valet_runtime::node::pod::PodConfig;
-use valet_runtime::node::proto::{self, Create, FromAgent, ToAgent};
+use valet_runtime::node::proto::{self, CpuQuota, Create, FromAgent, ToAgent};
 
 /// Exit code when the agent failed the container after it started (as `valet-run`'s own
 /// failures).
@@ -334,6 +334,7 @@ async fn create(
         module_fd: module_file.is_some(),
         memory_limit: memory_limit(spec),
         pids_limit: pids_limit(spec),
+        cpu_limit: cpu_limit(spec),
     });
     let mut fds = valet_runtime::node::create_fds(&rootfs, &stdio);
     fds.extend(module_file.as_ref().map(|f| f.as_fd()));
@@ -392,6 +393,24 @@ async fn content_store<'a>(
     Ok(store.as_ref().expect("just set"))
 }
 
+/// The container's CPU limit (`linux.resources.cpu.quota` per `period`, in µs, which kubelet
+/// sets from the pod's `resources.limits.cpu`); no quota, zero or -1 is no limit, and no
+/// period is the kernel's default, 100 ms.
+fn cpu_limit(spec: &Spec) -> Option<CpuQuota> {
+    let cpu = spec
+        .linux()
+        .as_ref()?
+        .resources()
+        .as_ref()?
+        .cpu()
+        .as_ref()?;
+    let quota_us = u64::try_from(cpu.quota()?).ok().filter(|&q| q > 0)?;
+    Some(CpuQuota {
+        quota_us,
+        period_us: cpu.period().filter(|&p| p > 0).unwrap_or(100_000),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +432,29 @@ mod tests {
             serde_json::json!({}),
         ] {
             assert_eq!(memory_limit(&spec(unlimited.clone())), None, "{unlimited}");
+        }
+    }
+
+    #[test]
+    fn the_cpu_limit_comes_from_the_spec_quota_and_period() {
+        let half = spec(serde_json::json!({
+            "resources": { "cpu": { "quota": 50000, "period": 100000 } }
+        }));
+        let expected = CpuQuota {
+            quota_us: 50_000,
+            period_us: 100_000,
+        };
+        assert_eq!(cpu_limit(&half), Some(expected));
+        let no_period = spec(serde_json::json!({ "resources": { "cpu": { "quota": 50000 } } }));
+        assert_eq!(cpu_limit(&no_period), Some(expected));
+        for unlimited in [
+            serde_json::json!({ "resources": { "cpu": { "quota": -1, "period": 100000 } } }),
+            serde_json::json!({ "resources": { "cpu": { "quota": 0 } } }),
+            serde_json::json!({ "resources": { "cpu": { "shares": 512 } } }),
+            serde_json::json!({ "resources": {} }),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(cpu_limit(&spec(unlimited.clone())), None, "{unlimited}");
         }
     }
 

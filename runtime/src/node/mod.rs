@@ -50,6 +50,9 @@
 //! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
 //! is confined by WebAssembly, not by the container's namespaces or cgroup: its CPU and
 //! memory are the agent's (give the agent's DaemonSet the node's budget for Valet pods).
+//! The agent keeps the container's own limits for it: its memory limit bounds the guest's
+//! linear memory, its pids limit the guest's threads, and its CPU limit the CPU time the
+//! guest's threads use, charged and paused at their epoch checks ([`crate::cpu_limit`]).
 
 pub mod pod;
 pub mod proto;
@@ -69,6 +72,7 @@ use valet_vfs::{FileKind, Ino, Store, TenantId};
 use wasmtime::{Engine, Module};
 
 use crate::admin::{self, Registry, RunningGuest};
+use crate::cpu_limit::CpuLimit;
 use crate::device::DeviceSpec;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use pod::PodConfig;
@@ -391,6 +395,16 @@ impl Agent {
             false => None,
         };
         let rootfs = cap_std::fs::Dir::from_std_file(File::from(rootfs));
+        let cpu_limit = req
+            .cpu_limit
+            .map(|q| {
+                CpuLimit::new(
+                    Duration::from_micros(q.quota_us),
+                    Duration::from_micros(q.period_us),
+                )
+            })
+            .transpose()
+            .map_err(|why| anyhow!("the container's CPU limit: {why}"))?;
         // A policy is named, never a file: pods must not make the agent read host paths.
         self.registry.module(&config.policy).map_err(|_| {
             anyhow!(
@@ -436,6 +450,7 @@ impl Agent {
             space_limit,
             memory_limit: req.memory_limit,
             thread_limit: req.pids_limit,
+            cpu_limit,
             ..GuestSpec::default()
         };
         Ok(Prepared {

@@ -79,6 +79,18 @@ pub struct Create {
     /// [`crate::host::GuestSpec::thread_limit`]).
     #[serde(default)]
     pub pids_limit: Option<u32>,
+    /// The container's CPU limit (the OCI spec's `linux.resources.cpu`, from the pod's
+    /// `resources.limits.cpu`): the most CPU time its guest may use per period (see
+    /// [`crate::cpu_limit`]).
+    #[serde(default)]
+    pub cpu_limit: Option<CpuQuota>,
+}
+
+/// A CPU quota as the OCI spec gives it: `quota_us` of CPU time in every `period_us`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuQuota {
+    pub quota_us: u64,
+    pub period_us: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -260,6 +272,10 @@ mod tests {
             module_fd: false,
             memory_limit: Some(64 << 20),
             pids_limit: Some(32),
+            cpu_limit: Some(CpuQuota {
+                quota_us: 50_000,
+                period_us: 100_000,
+            }),
         });
         send(&a, &msg, &[w.as_fd()]).unwrap();
         send(&a, &ToAgent::Kill { signal: 9 }, &[]).unwrap();

@@ -475,6 +475,9 @@ pub struct GuestState {
     pub threads: Option<Arc<crate::host::Threads>>,
     /// The store's resource limits (a pod's memory limit; none by default).
     pub limits: wasmtime::StoreLimits,
+    /// This thread's share of the guest's CPU limit, kept at epoch checks (none by
+    /// default; see [`crate::cpu_limit`]).
+    pub cpu: Option<crate::cpu_limit::ThreadMeter>,
 }
 
 impl GuestState {
@@ -485,6 +488,7 @@ impl GuestState {
             scratch: Vec::new(),
             threads: None,
             limits: wasmtime::StoreLimits::default(),
+            cpu: None,
         }
     }
 }

@@ -24,7 +24,9 @@
 //! `ok` it writes the whole log again in place that many times, syncing each, and says
 //! `rewrote N` (a quota must not charge bytes that do not grow a file). With `$POD_FILES`,
 //! it then creates that many empty files `DIR/NAME.N` and says `files N`, or `files-enospc I`
-//! (exit 4) when creating file I fails with ENOSPC (a limit of names).
+//! (exit 4) when creating file I fails with ENOSPC (a limit of names). With `$POD_SPIN_MS`,
+//! it first spins on the CPU for that many milliseconds of wall time and says `cpu MS`,
+//! the CPU time its thread used meanwhile (a pod's CPU limit).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, Write};
@@ -52,6 +54,19 @@ fn main() {
     say(format!("start {now}"));
     if let Ok(motd) = std::fs::read_to_string("/etc/motd") {
         say(format!("motd {}", motd.trim()));
+    }
+    if let Some(ms) = std::env::var("POD_SPIN_MS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        let (start, cpu) = (std::time::Instant::now(), thread_cpu_ms());
+        let mut x = 1u64;
+        while start.elapsed().as_millis() < u128::from(ms) {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        say(format!("cpu {}", thread_cpu_ms() - cpu));
     }
     if let Some(mib) = std::env::var("POD_ALLOC_MIB")
         .ok()
@@ -160,4 +175,25 @@ fn main() {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     std::process::exit(code)
+}
+
+/// The CPU time this thread has used, in milliseconds (WASI's thread CPU-time clock).
+#[cfg(target_os = "wasi")]
+fn thread_cpu_ms() -> u64 {
+    #[link(wasm_import_module = "wasi_snapshot_preview1")]
+    extern "C" {
+        fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
+    }
+    const THREAD_CPUTIME: u32 = 3;
+    let mut ns = 0u64;
+    // SAFETY: `ns` is a valid place for the call to write the time to.
+    match unsafe { clock_time_get(THREAD_CPUTIME, 1, &mut ns) } {
+        0 => ns / 1_000_000,
+        errno => fail(1, format!("clock_time_get: errno {errno}")),
+    }
+}
+
+#[cfg(not(target_os = "wasi"))]
+fn thread_cpu_ms() -> u64 {
+    0
 }

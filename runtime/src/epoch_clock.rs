@@ -1,18 +1,20 @@
-//! The policy engines' clock: one thread advances the epoch of every policy engine each
-//! [`TICK`] while policy calls are being made, and sleeps when they stop.
+//! The epoch clock: one thread advances the epoch of every engine registered with it each
+//! [`TICK`] while something needs ticks, and sleeps when nothing does. Two things do: a
+//! policy call in progress (its deadline, `policy.rs`) and a guest with a CPU limit
+//! running (its budget, [`crate::cpu_limit`]); each holds a [`Running`] meanwhile.
 //!
-//! The epoch exists for call deadlines only: a deadline is set when its call starts, in
-//! ticks from the current epoch, and the callback at the deadline checks the CPU time the
-//! call used (`policy.rs`). So ticks matter only while a call runs, and a clock that ticks
-//! regardless wakes for nothing, in every `valet-run` and in a node agent whose pods are
-//! all idle.
+//! For a policy call, a deadline is set when the call starts, in ticks from the current
+//! epoch, and the callback at the deadline checks the CPU time the call used. So ticks
+//! matter only while a call runs, and a clock that ticks regardless wakes for nothing, in
+//! every `valet-run` and in a node agent whose pods are all idle.
 //!
 //! Calls come in bursts (an event for every flushed write buffer, a decision for every
 //! created file), and most last microseconds. Waking the clock for each of them would cost
 //! more wake-ups than ticking, so a call only wakes a sleeping clock; an awake clock ticks
 //! until a whole [`QUIET`] has passed without a call, then sleeps until the next one. A
 //! call therefore meets its first tick within one [`TICK`] of the clock's waking, and a
-//! call that overruns its budget is stopped within a tick of the budget's end.
+//! call that overruns its budget is stopped within a tick of the budget's end. A limited
+//! guest holds its [`Running`] from start to end, so the clock ticks all that while.
 //!
 //! Locking: one mutex holds the engines and the clock's counters; it is never held while
 //! an epoch is incremented or the clock sleeps.
@@ -29,7 +31,7 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// Time without any call after which the clock sleeps.
 const QUIET: Duration = Duration::from_secs(1);
 
-/// The process's clock, started with the first policy engine.
+/// The process's clock, started with the first engine registered.
 static CLOCK: LazyLock<Arc<Clock>> = LazyLock::new(Clock::start);
 
 struct Clock {
@@ -59,9 +61,9 @@ impl Clock {
         });
         let own = clock.clone();
         std::thread::Builder::new()
-            .name("valet-policy-clock".into())
+            .name("valet-epoch-clock".into())
             .spawn(move || own.run())
-            .expect("starting the policy clock thread");
+            .expect("starting the epoch clock thread");
         clock
     }
 
@@ -103,8 +105,16 @@ impl Clock {
         }
     }
 
+    /// Adds `engine`, once (the node agent registers its one engine for every limited pod).
     fn register(&self, engine: &Engine) {
-        self.lock().engines.push(engine.weak());
+        let mut state = self.lock();
+        let known = state
+            .engines
+            .iter()
+            .any(|e| e.upgrade().is_some_and(|e| Engine::same(&e, engine)));
+        if !known {
+            state.engines.push(engine.weak());
+        }
     }
 
     fn call(self: &Arc<Self>) -> Running {
@@ -124,7 +134,8 @@ pub fn register(engine: &Engine) {
     CLOCK.register(engine);
 }
 
-/// A policy call in progress: the clock does not sleep while one exists.
+/// A reason to tick (a policy call in progress, a limited guest running): the clock does
+/// not sleep while one exists.
 pub struct Running(Arc<Clock>);
 
 impl Running {

@@ -1,0 +1,279 @@
+//! CPU limits of guests: a pod's `resources.limits.cpu` (the OCI spec's CPU quota and
+//! period), `valet-run --cpus`, a tenant's `cpus`.
+//!
+//! Guests run as threads of one process (the node agent runs every pod of its node), so
+//! the kernel's CPU controller cannot tell one pod's threads from another's, and a thread
+//! throttled at an arbitrary instant could be stopped while it holds a lock of the store
+//! that other pods' writes wait for. So a guest keeps its limit itself, at safe points:
+//! while a limited guest runs, the epoch clock ([`crate::epoch_clock`]) ticks, and at each
+//! tick every thread of the guest is interrupted in its own code (at an epoch check: never
+//! inside a WASI call, so never holding a lock of the store). It reads its thread's CPU
+//! clock, which counts the time its WASI calls took as well, and charges what it used
+//! since its last check to the guest's [`CpuBudget`]. A guest over its budget pauses there
+//! until the debt is paid, as the kernel's CFS bandwidth control throttles a cgroup: at
+//! most `quota` of CPU time per `period`, the overrun of one period charged to the next.
+//!
+//! Accuracy: a thread is charged at the first tick after it used the time, so a guest may
+//! overrun a period by about a tick for each of its busy threads, and pays it back in the
+//! next; over several periods it gets its quota. Time a thread waits in a WASI call (a
+//! sleep, a read, a flush of its sync) is not CPU time and is not charged. A guest needs
+//! an engine with epoch checks ([`crate::host::Stopping::EpochChecks`]) to be limited.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The period of a limit given in cores (`--cpus`), as Kubernetes and Docker set it.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// The longest a paused thread sleeps before it looks again whether its guest is ending
+/// (a pod killed while paused ends within about this).
+const PAUSE_SLICE: Duration = Duration::from_millis(10);
+
+/// At most `quota` of CPU time in every `period` of wall time, summed over the guest's
+/// threads (a quota over the period lets several threads run at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuLimit {
+    pub quota: Duration,
+    pub period: Duration,
+}
+
+impl CpuLimit {
+    /// A limit of `quota` per `period`; both must be at least a millisecond (the kernel's
+    /// own bounds for `cpu.max`), and the period at most a second.
+    pub fn new(quota: Duration, period: Duration) -> Result<CpuLimit, String> {
+        let ms = Duration::from_millis(1);
+        if quota < ms || period < ms || period > Duration::from_secs(1) {
+            return Err(format!(
+                "a CPU limit of {quota:?} per {period:?}: the quota must be at least 1 ms and \
+                 the period 1 ms to 1 s"
+            ));
+        }
+        Ok(CpuLimit { quota, period })
+    }
+
+    /// `cores` cores' worth (`0.5`, `2`), per [`DEFAULT_PERIOD`].
+    pub fn cores(cores: f64) -> Result<CpuLimit, String> {
+        if !cores.is_finite() || cores <= 0.0 || cores > 1024.0 {
+            return Err(format!("{cores} cores: give a number of cores above 0"));
+        }
+        CpuLimit::new(DEFAULT_PERIOD.mul_f64(cores), DEFAULT_PERIOD)
+    }
+
+    /// The cores this limit amounts to.
+    pub fn as_cores(&self) -> f64 {
+        self.quota.as_secs_f64() / self.period.as_secs_f64()
+    }
+}
+
+/// Parses `--cpus`: a number of cores (`0.5`, `2`).
+pub fn parse_cores(text: &str) -> Result<CpuLimit, String> {
+    let cores: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: give a number of cores, such as 0.5 or 2"))?;
+    CpuLimit::cores(cores)
+}
+
+/// One guest's CPU budget, shared by its threads.
+pub struct CpuBudget {
+    limit: CpuLimit,
+    window: Mutex<Window>,
+    /// CPU time charged so far.
+    used_ns: AtomicU64,
+    /// Time the guest's threads spent paused, summed over them.
+    paused_ns: AtomicU64,
+}
+
+/// The current period: when it began, and what was charged against it (the debt of
+/// earlier periods included).
+struct Window {
+    start: Instant,
+    charged: u64,
+}
+
+impl CpuBudget {
+    pub fn new(limit: CpuLimit) -> Arc<CpuBudget> {
+        Arc::new(CpuBudget {
+            limit,
+            window: Mutex::new(Window {
+                start: Instant::now(),
+                charged: 0,
+            }),
+            used_ns: AtomicU64::new(0),
+            paused_ns: AtomicU64::new(0),
+        })
+    }
+
+    pub fn limit(&self) -> CpuLimit {
+        self.limit
+    }
+
+    /// CPU time the guest's threads were charged.
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.used_ns.load(Ordering::Relaxed))
+    }
+
+    /// Time the guest's threads spent paused for the limit (summed over threads).
+    pub fn paused(&self) -> Duration {
+        Duration::from_nanos(self.paused_ns.load(Ordering::Relaxed))
+    }
+
+    /// Charges `used` CPU time at `now`; returns when the thread that used it may run
+    /// again, or `None` when the guest is within its budget.
+    fn charge(&self, used: Duration, now: Instant) -> Option<Instant> {
+        let used = duration_ns(used);
+        self.used_ns.fetch_add(used, Ordering::Relaxed);
+        let quota = duration_ns(self.limit.quota);
+        let period = duration_ns(self.limit.period);
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = duration_ns(now.saturating_duration_since(w.start));
+        if elapsed >= period {
+            // Each period that passed gave a quota back; unused quota is not saved up.
+            let periods = elapsed / period;
+            w.charged = w.charged.saturating_sub(periods.saturating_mul(quota));
+            w.start += Duration::from_nanos(periods * period);
+        }
+        w.charged = w.charged.saturating_add(used);
+        if w.charged <= quota {
+            return None;
+        }
+        let periods = (w.charged - quota).div_ceil(quota);
+        Some(w.start + Duration::from_nanos(periods.saturating_mul(period)))
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One thread of a limited guest (one wasmtime store): the thread CPU time it was charged
+/// up to. The first check only reads the clock, as a store may be made on another thread
+/// than the one that runs it (a threaded guest's main thread).
+pub struct ThreadMeter {
+    budget: Arc<CpuBudget>,
+    charged_to: Option<Duration>,
+}
+
+impl ThreadMeter {
+    pub fn new(budget: Arc<CpuBudget>) -> ThreadMeter {
+        ThreadMeter {
+            budget,
+            charged_to: None,
+        }
+    }
+
+    /// At an epoch check of this thread: charges what it used since the last and, while
+    /// the guest is over its budget, pauses, unless `ending` says the guest is ending.
+    pub fn check(&mut self, ending: impl Fn() -> bool) {
+        let now = thread_cpu_time();
+        let Some(last) = self.charged_to.replace(now) else {
+            return;
+        };
+        let Some(until) = self.budget.charge(now.saturating_sub(last), Instant::now()) else {
+            return;
+        };
+        let paused = Instant::now();
+        while !ending() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(PAUSE_SLICE));
+        }
+        self.budget
+            .paused_ns
+            .fetch_add(duration_ns(paused.elapsed()), Ordering::Relaxed);
+    }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; this clock exists on every Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn cores_are_a_quota_per_hundred_milliseconds() {
+        let half = parse_cores("0.5").unwrap();
+        assert_eq!((half.quota, half.period), (50 * MS, 100 * MS));
+        assert_eq!(parse_cores("2").unwrap().quota, 200 * MS);
+        assert!((half.as_cores() - 0.5).abs() < 1e-9);
+        for bad in ["0", "-1", "nan", "inf", "lots", "0.001"] {
+            assert!(parse_cores(bad).is_err(), "{bad}");
+        }
+        assert!(CpuLimit::new(10 * MS, 2 * Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn a_guest_within_its_quota_runs_on_and_one_over_it_waits_for_the_next_period() {
+        let budget = CpuBudget::new(CpuLimit::new(20 * MS, 100 * MS).unwrap());
+        let start = budget.window.lock().unwrap().start;
+        assert_eq!(budget.charge(10 * MS, start + 5 * MS), None);
+        assert_eq!(budget.charge(10 * MS, start + 15 * MS), None);
+        // 25 ms used of 20: the next period pays for the rest.
+        assert_eq!(
+            budget.charge(5 * MS, start + 25 * MS),
+            Some(start + 100 * MS)
+        );
+        // In the next period, 5 ms are owed already: 15 more are free.
+        assert_eq!(budget.charge(15 * MS, start + 110 * MS), None);
+        assert_eq!(budget.used(), 40 * MS);
+    }
+
+    #[test]
+    fn a_debt_of_several_quotas_waits_several_periods() {
+        let budget = CpuBudget::new(CpuLimit::new(10 * MS, 100 * MS).unwrap());
+        let start = budget.window.lock().unwrap().start;
+        // A long WASI call used 35 ms: three more periods pay for 25 of them.
+        assert_eq!(
+            budget.charge(35 * MS, start + 40 * MS),
+            Some(start + 300 * MS)
+        );
+        // Idle periods do not save quota up: after a second of nothing, one quota.
+        let later = start + Duration::from_secs(2);
+        assert_eq!(budget.charge(10 * MS, later), None);
+        assert!(budget.charge(MS, later + MS).is_some());
+    }
+
+    #[test]
+    fn a_thread_is_charged_its_own_cpu_time_and_pauses_when_over() {
+        let budget = CpuBudget::new(CpuLimit::new(MS, 50 * MS).unwrap());
+        let mut meter = ThreadMeter::new(budget.clone());
+        meter.check(|| false);
+        assert_eq!(
+            budget.used(),
+            Duration::ZERO,
+            "the first check only reads the clock"
+        );
+        let cpu = thread_cpu_time();
+        while thread_cpu_time() < cpu + 5 * MS {
+            std::hint::black_box(Instant::now());
+        }
+        let checked = Instant::now();
+        meter.check(|| false);
+        assert!(budget.used() >= 5 * MS, "{:?}", budget.used());
+        assert!(checked.elapsed() >= 20 * MS, "{:?}", checked.elapsed());
+        assert!(budget.paused() >= 20 * MS, "{:?}", budget.paused());
+        // A guest that is ending does not wait.
+        let mut meter = ThreadMeter::new(budget.clone());
+        meter.charged_to = Some(Duration::ZERO);
+        let checked = Instant::now();
+        meter.check(|| true);
+        assert!(checked.elapsed() < 20 * MS, "{:?}", checked.elapsed());
+    }
+}
