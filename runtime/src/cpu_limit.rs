@@ -1,5 +1,7 @@
 //! CPU limits of guests: a pod's `resources.limits.cpu` (the OCI spec's CPU quota and
-//! period), `valet-run --cpus`, a tenant's `cpus`.
+//! period), `valet-run --cpus`, a tenant's `cpus`; and the CPU time each tenant's guests
+//! use, which the node agent meters for every pod (a pod's CPU is the agent's, so no
+//! cgroup of the pod's shows it), limited or not.
 //!
 //! Guests run as threads of one process (the node agent runs every pod of its node), so
 //! the kernel's CPU controller cannot tell one pod's threads from another's, and a thread
@@ -18,6 +20,10 @@
 //! next; over several periods it gets its quota. Time a thread waits in a WASI call (a
 //! sleep, a read, a flush of its sync) is not CPU time and is not charged. A guest needs
 //! an engine with epoch checks ([`crate::host::Stopping::EpochChecks`]) to be limited.
+//!
+//! Each guest's budget charges its tenant's [`CpuAccount`] too (kept by the admin
+//! registry, one per tenant): the CPU time used and the time paused, which the metrics
+//! serve. A guest metered without a limit is charged the same way and never pauses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,14 +81,38 @@ pub fn parse_cores(text: &str) -> Result<CpuLimit, String> {
     CpuLimit::cores(cores)
 }
 
+/// A tenant's CPU time, over all its guests that were metered.
+#[derive(Debug, Default)]
+pub struct CpuAccount {
+    used_ns: AtomicU64,
+    paused_ns: AtomicU64,
+}
+
+impl CpuAccount {
+    /// CPU time the guests' threads were charged.
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.used_ns.load(Ordering::Relaxed))
+    }
+
+    /// Time the guests' threads spent paused for their CPU limits (summed over threads).
+    pub fn paused(&self) -> Duration {
+        Duration::from_nanos(self.paused_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// How a guest's CPU time is kept: charged to its tenant's `account`, and held to `limit`
+/// when there is one.
+#[derive(Clone, Debug)]
+pub struct CpuMetering {
+    pub limit: Option<CpuLimit>,
+    pub account: Arc<CpuAccount>,
+}
+
 /// One guest's CPU budget, shared by its threads.
 pub struct CpuBudget {
-    limit: CpuLimit,
+    limit: Option<CpuLimit>,
+    account: Arc<CpuAccount>,
     window: Mutex<Window>,
-    /// CPU time charged so far.
-    used_ns: AtomicU64,
-    /// Time the guest's threads spent paused, summed over them.
-    paused_ns: AtomicU64,
 }
 
 /// The current period: when it began, and what was charged against it (the debt of
@@ -93,39 +123,25 @@ struct Window {
 }
 
 impl CpuBudget {
-    pub fn new(limit: CpuLimit) -> Arc<CpuBudget> {
+    pub fn new(metering: CpuMetering) -> Arc<CpuBudget> {
         Arc::new(CpuBudget {
-            limit,
+            limit: metering.limit,
+            account: metering.account,
             window: Mutex::new(Window {
                 start: Instant::now(),
                 charged: 0,
             }),
-            used_ns: AtomicU64::new(0),
-            paused_ns: AtomicU64::new(0),
         })
     }
 
-    pub fn limit(&self) -> CpuLimit {
-        self.limit
-    }
-
-    /// CPU time the guest's threads were charged.
-    pub fn used(&self) -> Duration {
-        Duration::from_nanos(self.used_ns.load(Ordering::Relaxed))
-    }
-
-    /// Time the guest's threads spent paused for the limit (summed over threads).
-    pub fn paused(&self) -> Duration {
-        Duration::from_nanos(self.paused_ns.load(Ordering::Relaxed))
-    }
-
     /// Charges `used` CPU time at `now`; returns when the thread that used it may run
-    /// again, or `None` when the guest is within its budget.
+    /// again, or `None` when the guest is within its budget (or has no limit).
     fn charge(&self, used: Duration, now: Instant) -> Option<Instant> {
         let used = duration_ns(used);
-        self.used_ns.fetch_add(used, Ordering::Relaxed);
-        let quota = duration_ns(self.limit.quota);
-        let period = duration_ns(self.limit.period);
+        self.account.used_ns.fetch_add(used, Ordering::Relaxed);
+        let limit = self.limit?;
+        let quota = duration_ns(limit.quota);
+        let period = duration_ns(limit.period);
         let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
         let elapsed = duration_ns(now.saturating_duration_since(w.start));
         if elapsed >= period {
@@ -182,6 +198,7 @@ impl ThreadMeter {
             std::thread::sleep(left.min(PAUSE_SLICE));
         }
         self.budget
+            .account
             .paused_ns
             .fetch_add(duration_ns(paused.elapsed()), Ordering::Relaxed);
     }
@@ -207,6 +224,13 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    fn limited(quota: Duration, period: Duration) -> Arc<CpuBudget> {
+        CpuBudget::new(CpuMetering {
+            limit: Some(CpuLimit::new(quota, period).unwrap()),
+            account: Arc::default(),
+        })
+    }
+
     #[test]
     fn cores_are_a_quota_per_hundred_milliseconds() {
         let half = parse_cores("0.5").unwrap();
@@ -221,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_guest_within_its_quota_runs_on_and_one_over_it_waits_for_the_next_period() {
-        let budget = CpuBudget::new(CpuLimit::new(20 * MS, 100 * MS).unwrap());
+        let budget = limited(20 * MS, 100 * MS);
         let start = budget.window.lock().unwrap().start;
         assert_eq!(budget.charge(10 * MS, start + 5 * MS), None);
         assert_eq!(budget.charge(10 * MS, start + 15 * MS), None);
@@ -232,12 +256,12 @@ mod tests {
         );
         // In the next period, 5 ms are owed already: 15 more are free.
         assert_eq!(budget.charge(15 * MS, start + 110 * MS), None);
-        assert_eq!(budget.used(), 40 * MS);
+        assert_eq!(budget.account.used(), 40 * MS);
     }
 
     #[test]
     fn a_debt_of_several_quotas_waits_several_periods() {
-        let budget = CpuBudget::new(CpuLimit::new(10 * MS, 100 * MS).unwrap());
+        let budget = limited(10 * MS, 100 * MS);
         let start = budget.window.lock().unwrap().start;
         // A long WASI call used 35 ms: three more periods pay for 25 of them.
         assert_eq!(
@@ -252,11 +276,12 @@ mod tests {
 
     #[test]
     fn a_thread_is_charged_its_own_cpu_time_and_pauses_when_over() {
-        let budget = CpuBudget::new(CpuLimit::new(MS, 50 * MS).unwrap());
+        let budget = limited(MS, 50 * MS);
         let mut meter = ThreadMeter::new(budget.clone());
         meter.check(|| false);
+        let used = || budget.account.used();
         assert_eq!(
-            budget.used(),
+            used(),
             Duration::ZERO,
             "the first check only reads the clock"
         );
@@ -266,14 +291,31 @@ mod tests {
         }
         let checked = Instant::now();
         meter.check(|| false);
-        assert!(budget.used() >= 5 * MS, "{:?}", budget.used());
+        assert!(used() >= 5 * MS, "{:?}", used());
         assert!(checked.elapsed() >= 20 * MS, "{:?}", checked.elapsed());
-        assert!(budget.paused() >= 20 * MS, "{:?}", budget.paused());
+        assert!(
+            budget.account.paused() >= 20 * MS,
+            "{:?}",
+            budget.account.paused()
+        );
         // A guest that is ending does not wait.
         let mut meter = ThreadMeter::new(budget.clone());
         meter.charged_to = Some(Duration::ZERO);
         let checked = Instant::now();
         meter.check(|| true);
         assert!(checked.elapsed() < 20 * MS, "{:?}", checked.elapsed());
+    }
+
+    #[test]
+    fn a_guest_without_a_limit_is_charged_and_never_waits() {
+        let account = Arc::new(CpuAccount::default());
+        let budget = CpuBudget::new(CpuMetering {
+            limit: None,
+            account: account.clone(),
+        });
+        let start = budget.window.lock().unwrap().start;
+        assert_eq!(budget.charge(Duration::from_secs(5), start + MS), None);
+        assert_eq!(account.used(), Duration::from_secs(5));
+        assert_eq!(account.paused(), Duration::ZERO);
     }
 }

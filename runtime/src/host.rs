@@ -12,9 +12,8 @@
 //! store whether its guest is ending; under [`Stopping::NoChecks`] the process's exit
 //! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is
 //! left parked until the process exits. Each guest thread is an OS thread; a guest's
-//! [`GuestSpec::thread_limit`] bounds how many run at once, and its
-//! [`GuestSpec::cpu_limit`] the CPU time they use, charged at epoch checks
-//! ([`crate::cpu_limit`]).
+//! [`GuestSpec::thread_limit`] bounds how many run at once, and its [`GuestSpec::cpu`]
+//! limit the CPU time they use, charged at epoch checks ([`crate::cpu_limit`]).
 //!
 //! A trap is reported with the guest's own backtrace (wasm frames), never a host Rust
 //! backtrace.
@@ -31,7 +30,7 @@ use wasmtime::{
     UpdateDeadline,
 };
 
-use crate::cpu_limit::{CpuBudget, CpuLimit, ThreadMeter};
+use crate::cpu_limit::{CpuBudget, CpuMetering, ThreadMeter};
 use crate::epoch_clock;
 use crate::wasi::{self, Ending, Exit, GuestState, MemRef, Preopened, WasiCtx};
 
@@ -81,10 +80,10 @@ pub struct GuestSpec {
     /// pids limit): a `thread-spawn` past it fails, as `clone` fails at a cgroup's pids
     /// limit, and wasi-libc's `pthread_create` returns EAGAIN.
     pub thread_limit: Option<u32>,
-    /// The most CPU time the guest's threads may use per period (a pod's CPU limit; see
+    /// How the guest's CPU time is metered, and limited (a pod's CPU limit, `--cpus`; see
     /// [`crate::cpu_limit`]). Kept at epoch checks: the engine must have them
     /// ([`Stopping::EpochChecks`]).
-    pub cpu_limit: Option<CpuLimit>,
+    pub cpu: Option<CpuMetering>,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -427,8 +426,8 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
     let mut linker: Linker<GuestState> = Linker::new(engine);
     wasi::add_to_linker(&mut linker)?;
     let threaded = is_threaded(module);
-    // A limited guest keeps the epoch clock ticking while it runs.
-    let budget = spec.cpu_limit.map(CpuBudget::new);
+    // A metered guest keeps the epoch clock ticking while it runs.
+    let budget = spec.cpu.clone().map(CpuBudget::new);
     let _ticking = budget.as_ref().map(|_| {
         epoch_clock::register(engine);
         epoch_clock::Running::start()

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use valet_runtime::admin::{self, Registry};
-use valet_runtime::cpu_limit::{self, CpuLimit};
+use valet_runtime::cpu_limit::{self, CpuLimit, CpuMetering};
 use valet_runtime::device::DeviceSpec;
 use valet_runtime::fs_cmd::{self, FsCommand, NewDeviceArgs};
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen, Stop};
@@ -452,7 +452,10 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
             thread_limit: cli.max_threads,
-            cpu_limit: cli.cpus,
+            cpu: cli.cpus.map(|limit| CpuMetering {
+                limit: Some(limit),
+                account: registry.cpu_account(&cli.tenant),
+            }),
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

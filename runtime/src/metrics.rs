@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -34,6 +35,9 @@ pub struct TenantGauges {
     pub guests: usize,
     /// Its quota, if it has one: the limit in bytes and the writes refused.
     pub quota: Option<(u64, u64)>,
+    /// Its guests' CPU time and the time they spent paused for their CPU limits, if its
+    /// guests are metered (every pod of the node agent; `--cpus`).
+    pub cpu: Option<(Duration, Duration)>,
 }
 
 /// Binds `addr` and serves `GET /metrics` on a thread of its own until the process ends;
@@ -80,6 +84,7 @@ pub fn scrape(registry: &Registry) -> String {
     let store = registry.store();
     let guests = registry.guests_running();
     let quotas = registry.quotas();
+    let cpu = registry.cpu_accounts();
     let tenants: Vec<TenantGauges> = store
         .tenants()
         .into_iter()
@@ -88,6 +93,7 @@ pub fn scrape(registry: &Registry) -> String {
             bytes: store.tenant_bytes(id).unwrap_or(0),
             guests: guests.get(&name).copied().unwrap_or(0),
             quota: quotas.get(&name).map(|q| (q.limit(), q.refusals())),
+            cpu: cpu.get(&name).map(|a| (a.used(), a.paused())),
             name,
         })
         .collect();
@@ -330,6 +336,25 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         ),
     ];
     out.families(quota, &quotas, |q| vec![("tenant", q.0.to_string())]);
+    let metered: Vec<(&str, Duration, Duration)> = tenants
+        .iter()
+        .filter_map(|t| t.cpu.map(|(used, paused)| (t.name.as_str(), used, paused)))
+        .collect();
+    let cpu: &[Family<(&str, Duration, Duration)>] = &[
+        (
+            "valet_tenant_cpu_seconds_total",
+            "counter",
+            "CPU time a tenant's guests used (metered tenants only: every pod of the node agent, guests with --cpus).",
+            |c| c.1.as_secs_f64(),
+        ),
+        (
+            "valet_tenant_cpu_throttled_seconds_total",
+            "counter",
+            "Time a tenant's guest threads spent paused for their CPU limits, summed over threads.",
+            |c| c.2.as_secs_f64(),
+        ),
+    ];
+    out.families(cpu, &metered, |c| vec![("tenant", c.0.to_string())]);
 
     let per_tenant: &[Family<TenantStats>] = &[
         (
@@ -576,6 +601,7 @@ mod tests {
                 bytes: 700,
                 guests: 0,
                 quota: Some((1000, 2)),
+                cpu: Some((Duration::from_millis(1500), Duration::from_millis(250))),
             },
             TenantGauges {
                 name: "u".into(),
@@ -613,6 +639,12 @@ mod tests {
         assert!(
             !text.contains("valet_tenant_quota_bytes{tenant=\"u\"}"),
             "u has no quota"
+        );
+        assert!(text.contains("valet_tenant_cpu_seconds_total{tenant=\"t\"} 1.5\n"));
+        assert!(text.contains("valet_tenant_cpu_throttled_seconds_total{tenant=\"t\"} 0.25\n"));
+        assert!(
+            !text.contains("valet_tenant_cpu_seconds_total{tenant=\"u\"}"),
+            "u is not metered"
         );
     }
 }

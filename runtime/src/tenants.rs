@@ -37,7 +37,7 @@ use valet_vfs::Store;
 use wasmtime::{Engine, Module};
 
 use crate::admin::Registry;
-use crate::cpu_limit::CpuLimit;
+use crate::cpu_limit::{CpuLimit, CpuMetering};
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop, Stopping};
 use crate::node::pod::parse_size;
 use crate::wasi::SpaceLimit;
@@ -249,7 +249,10 @@ pub fn run(
             }],
             trap_unknown_imports: false,
             thread_limit: t.max_threads,
-            cpu_limit: t.cpus,
+            cpu: t.cpus.map(|limit| CpuMetering {
+                limit: Some(limit),
+                account: registry.cpu_account(&t.name),
+            }),
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

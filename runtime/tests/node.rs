@@ -751,11 +751,21 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
             .parse()
             .unwrap()
     };
-    let (p, c) = create_on(
+    // It spins for 300 ms of wall time under half a core first: metered and paused.
+    let half = Limits {
+        cpu: Some(CpuQuota {
+            quota_us: 50_000,
+            period_us: 100_000,
+        }),
+        ..Limits::default()
+    };
+    let (p, c) = create_with(
         &f,
         "m1",
         &[("valet.io/tenant", "mt"), ("valet.io/quota", "1MiB")],
         &["w", "/data", "20", "430"],
+        &[("POD_EXIT", "0"), ("POD_SPIN_MS", "300")],
+        half,
     );
     assert_eq!(c, FromAgent::Created);
     let text = scrape();
@@ -781,4 +791,11 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
         value(&text, "valet_tenant_quota_refusals_total{tenant=\"mt\"}"),
         0.0
     );
+    let cpu = value(&text, "valet_tenant_cpu_seconds_total{tenant=\"mt\"}");
+    assert!((0.05..=0.3).contains(&cpu), "{cpu} s of CPU");
+    let paused = value(
+        &text,
+        "valet_tenant_cpu_throttled_seconds_total{tenant=\"mt\"}",
+    );
+    assert!(paused > 0.0, "{paused} s paused");
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use valet_vfs::{Store, TenantId};
 use wasmtime::Engine;
 
+use crate::cpu_limit::CpuAccount;
 use crate::policy::{self, Limits, PolicyModule, WasmPlacement};
 use crate::quota::Quota;
 use crate::remove::{self, Removal, RemoveRequest, TenantBusy, TenantUsage};
@@ -44,6 +45,8 @@ pub struct Registry {
     guests: Mutex<BTreeMap<String, usize>>,
     /// Each tenant's quota, by tenant name: one per tenant, shared by its guests.
     quotas: Mutex<BTreeMap<String, Arc<Quota>>>,
+    /// The CPU time of each tenant whose guests are metered, by tenant name.
+    cpu: Mutex<BTreeMap<String, Arc<CpuAccount>>>,
 }
 
 /// A guest counted as running (see [`Registry::guest_running`]) until this is dropped.
@@ -78,6 +81,7 @@ impl Registry {
             recorder: Mutex::new(None),
             guests: Mutex::new(BTreeMap::new()),
             quotas: Mutex::new(BTreeMap::new()),
+            cpu: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -264,6 +268,17 @@ impl Registry {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The CPU account of tenant `name`, made at its first metered guest.
+    pub fn cpu_account(&self, name: &str) -> Arc<CpuAccount> {
+        let mut accounts = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
+        accounts.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Every metered tenant's CPU account, by tenant name.
+    pub fn cpu_accounts(&self) -> BTreeMap<String, Arc<CpuAccount>> {
+        self.cpu.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// How many guests of each tenant run now (tenants with none may be left out).

@@ -72,7 +72,7 @@ use valet_vfs::{FileKind, Ino, Store, TenantId};
 use wasmtime::{Engine, Module};
 
 use crate::admin::{self, Registry, RunningGuest};
-use crate::cpu_limit::CpuLimit;
+use crate::cpu_limit::{CpuLimit, CpuMetering};
 use crate::device::DeviceSpec;
 use crate::host::{self, GuestExit, GuestSpec, Preopen, Stop};
 use pod::PodConfig;
@@ -450,7 +450,11 @@ impl Agent {
             space_limit,
             memory_limit: req.memory_limit,
             thread_limit: req.pids_limit,
-            cpu_limit,
+            // Every pod is metered (its CPU is the agent's, which no cgroup of its shows).
+            cpu: Some(CpuMetering {
+                limit: cpu_limit,
+                account: self.registry.cpu_account(&config.tenant),
+            }),
             ..GuestSpec::default()
         };
         Ok(Prepared {
