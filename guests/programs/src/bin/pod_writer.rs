@@ -26,7 +26,8 @@
 //! it then creates that many empty files `DIR/NAME.N` and says `files N`, or `files-enospc I`
 //! (exit 4) when creating file I fails with ENOSPC (a limit of names). With `$POD_SPIN_MS`,
 //! it first spins on the CPU for that many milliseconds of wall time and says `cpu MS`,
-//! the CPU time its thread used meanwhile (a pod's CPU limit).
+//! the CPU time its thread used meanwhile (a pod's CPU limit), and `rounds N`, the rounds
+//! of 10,000 multiply-adds it did.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, Write};
@@ -60,13 +61,15 @@ fn main() {
         .and_then(|s| s.parse::<u64>().ok())
     {
         let (start, cpu) = (std::time::Instant::now(), thread_cpu_ms());
-        let mut x = 1u64;
+        let (mut x, mut rounds) = (1u64, 0u64);
         while start.elapsed().as_millis() < u128::from(ms) {
             for _ in 0..10_000 {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
             }
+            rounds += 1;
         }
         say(format!("cpu {}", thread_cpu_ms() - cpu));
+        say(format!("rounds {rounds}"));
     }
     if let Some(mib) = std::env::var("POD_ALLOC_MIB")
         .ok()
