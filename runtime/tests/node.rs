@@ -532,6 +532,29 @@ fn a_pods_cpu_limit_bounds_the_cpu_time_its_guest_uses() {
         matches!(&c, FromAgent::Failed { message } if message.contains("CPU limit")),
         "{c:?}"
     );
+    // Killed while paused for its limit (1 ms a second: its first tick's CPU puts it
+    // seconds in debt), it stops at once, not when the debt is paid.
+    let slow = Limits {
+        cpu: Some(CpuQuota {
+            quota_us: 1_000,
+            period_us: 1_000_000,
+        }),
+        ..Limits::default()
+    };
+    let spin = [("POD_EXIT", "0"), ("POD_SPIN_MS", "60000")];
+    let (p, c) = create_with(fixture(), "c4", &tenant, &args, &spin, slow);
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
+    let (e, _, _) = p.wait();
+    assert_eq!(e, FromAgent::Exited { code: 137 });
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
 }
 
 /// Tenants never share a zone: on a small store, pods of new tenants are created while it

@@ -96,6 +96,24 @@ fn cpus_bounds_the_cpu_time_a_guest_uses() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no cpu line: {stdout}"));
     assert!(cpu <= 200, "{cpu} ms of CPU in 0.6 s under 0.1 cores");
+    // A guest paused for its limit still stops at once when it must.
+    let started = std::time::Instant::now();
+    let out = valet_run()
+        .arg("--device")
+        .arg(dir.path())
+        .args(["--cpus", "0.01", "--timeout", "500ms"])
+        .args(["--env", "POD_SPIN_MS=60000"])
+        .arg(valet_guests::POD_WRITER)
+        .args(["w", "/data", "1", "430"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
     let out = valet_run()
         .arg("--device")
         .arg(dir.path())
