@@ -7,7 +7,7 @@
 //! the kernel's CPU controller cannot tell one pod's threads from another's, and a thread
 //! throttled at an arbitrary instant could be stopped while it holds a lock of the store
 //! that other pods' writes wait for. So a guest keeps its limit itself, at safe points:
-//! while a limited guest runs, the epoch clock ([`crate::epoch_clock`]) ticks, and at each
+//! while a metered guest runs, the epoch clock ([`crate::epoch_clock`]) ticks, and at each
 //! tick every thread of the guest is interrupted in its own code (at an epoch check: never
 //! inside a WASI call, so never holding a lock of the store). It reads its thread's CPU
 //! clock, which counts the time its WASI calls took as well, and charges what it used
@@ -64,11 +64,6 @@ impl CpuLimit {
             return Err(format!("{cores} cores: give a number of cores above 0"));
         }
         CpuLimit::new(DEFAULT_PERIOD.mul_f64(cores), DEFAULT_PERIOD)
-    }
-
-    /// The cores this limit amounts to.
-    pub fn as_cores(&self) -> f64 {
-        self.quota.as_secs_f64() / self.period.as_secs_f64()
     }
 }
 
@@ -163,7 +158,7 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// One thread of a limited guest (one wasmtime store): the thread CPU time it was charged
+/// One thread of a metered guest (one wasmtime store): the thread CPU time it was charged
 /// up to. The first check only reads the clock, as a store may be made on another thread
 /// than the one that runs it (a threaded guest's main thread).
 pub struct ThreadMeter {
@@ -236,7 +231,6 @@ mod tests {
         let half = parse_cores("0.5").unwrap();
         assert_eq!((half.quota, half.period), (50 * MS, 100 * MS));
         assert_eq!(parse_cores("2").unwrap().quota, 200 * MS);
-        assert!((half.as_cores() - 0.5).abs() < 1e-9);
         for bad in ["0", "-1", "nan", "inf", "lots", "0.001"] {
             assert!(parse_cores(bad).is_err(), "{bad}");
         }

@@ -1,7 +1,8 @@
 //! The epoch clock: one thread advances the epoch of every engine registered with it each
 //! [`TICK`] while something needs ticks, and sleeps when nothing does. Two things do: a
-//! policy call in progress (its deadline, `policy.rs`) and a guest with a CPU limit
-//! running (its budget, [`crate::cpu_limit`]); each holds a [`Running`] meanwhile.
+//! policy call in progress (its deadline, `policy.rs`) and a metered guest running (its
+//! CPU budget, [`crate::cpu_limit`]: every pod of the node agent, a guest with `--cpus`);
+//! each holds a [`Running`] meanwhile.
 //!
 //! For a policy call, a deadline is set when the call starts, in ticks from the current
 //! epoch, and the callback at the deadline checks the CPU time the call used. So ticks
@@ -13,7 +14,7 @@
 //! more wake-ups than ticking, so a call only wakes a sleeping clock; an awake clock ticks
 //! until a whole [`QUIET`] has passed without a call, then sleeps until the next one. A
 //! call therefore meets its first tick within one [`TICK`] of the clock's waking, and a
-//! call that overruns its budget is stopped within a tick of the budget's end. A limited
+//! call that overruns its budget is stopped within a tick of the budget's end. A metered
 //! guest holds its [`Running`] from start to end, so the clock ticks all that while.
 //!
 //! Locking: one mutex holds the engines and the clock's counters; it is never held while
@@ -105,7 +106,7 @@ impl Clock {
         }
     }
 
-    /// Adds `engine`, once (the node agent registers its one engine for every limited pod).
+    /// Adds `engine`, once (the node agent registers its one engine for every pod).
     fn register(&self, engine: &Engine) {
         let mut state = self.lock();
         let known = state
@@ -134,7 +135,7 @@ pub fn register(engine: &Engine) {
     CLOCK.register(engine);
 }
 
-/// A reason to tick (a policy call in progress, a limited guest running): the clock does
+/// A reason to tick (a policy call in progress, a metered guest running): the clock does
 /// not sleep while one exists.
 pub struct Running(Arc<Clock>);
 

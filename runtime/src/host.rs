@@ -251,8 +251,8 @@ pub fn may_spawn_threads(bytes: &[u8]) -> bool {
 }
 
 /// Sets a store up for epoch interruption: at every tick it goes on, unless its guest is
-/// ending; a thread of a guest with a CPU limit is charged for its CPU time there, and
-/// pauses while the guest is over its budget.
+/// ending; a thread of a metered guest is charged for its CPU time there, and pauses
+/// while the guest is over its limit, if it has one.
 fn watch_epochs(store: &mut wasmtime::Store<GuestState>, budget: Option<&Arc<CpuBudget>>) {
     store.data_mut().cpu = budget.map(|b| ThreadMeter::new(b.clone()));
     store.set_epoch_deadline(1);
@@ -315,7 +315,7 @@ pub struct Threads {
     /// Threads running, the first included, and the most that may ([`GuestSpec::thread_limit`]).
     running: AtomicU32,
     limit: u32,
-    /// The guest's CPU budget, when it has a limit: every thread's store is charged to it.
+    /// The guest's CPU budget, when it is metered: every thread's store is charged to it.
     cpu: Option<Arc<CpuBudget>>,
     end: Mutex<Option<End>>,
     ended: Condvar,

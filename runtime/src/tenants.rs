@@ -77,7 +77,7 @@ pub struct TenantConfig {
     /// takes it; a tenant without one takes `valet-run --quota`, if given.
     #[serde(default, deserialize_with = "size")]
     pub quota: Option<u64>,
-    /// The most CPU the guest may use, in cores ([`GuestSpec::cpu_limit`]); a tenant
+    /// The most CPU the guest may use, in cores ([`GuestSpec::cpu`]); a tenant
     /// without one takes `valet-run --cpus`, if given.
     #[serde(default, deserialize_with = "cores")]
     pub cpus: Option<CpuLimit>,
