@@ -39,6 +39,8 @@ pub struct RunData {
     pub measurements: Vec<Measurement>,
     pub stats: Option<Stats>,
     pub wall: Duration,
+    /// The process's peak resident memory in bytes.
+    pub peak_rss: Option<u64>,
 }
 
 /// One workload under every configuration: `None` where it does not apply.
@@ -376,6 +378,7 @@ fn into_data(out: Outcome) -> Result<RunData, String> {
         measurements,
         stats: out.stats,
         wall: out.wall,
+        peak_rss: out.peak_rss,
     })
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use valet_vfs::Stats;
 
-use super::runners::{Runner, MOUNT};
+use super::runners::{reap, Outcome, Runner, MOUNT};
 use super::workloads::Scale;
 
 /// db_bench as RocksDB's release build (`NDEBUG`), wasm and native, where
@@ -98,7 +98,16 @@ struct Run {
     pass: Pass,
     /// Which round of its pass (from 0).
     round: usize,
-    result: Result<(Vec<Bench>, Option<Stats>, Duration), String>,
+    result: Result<Measured, String>,
+}
+
+/// What one db_bench invocation that ran to its end gave.
+struct Measured {
+    benches: Vec<Bench>,
+    /// The store's accounting (the policies' setups only).
+    stats: Option<Stats>,
+    /// The process's peak resident memory in bytes.
+    peak_rss: u64,
 }
 
 /// The db_bench invocations every setup runs.
@@ -261,8 +270,42 @@ pub(super) fn wasmtime36() -> Option<PathBuf> {
     })
 }
 
-/// Runs `cmd` to its end or `timeout`; (exit code, stdout, stderr).
-fn run_command(cmd: Command, timeout: Duration) -> Result<(i32, String, String), String> {
+/// How one command of this section ended.
+struct Finished {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    /// The process's peak resident memory in bytes.
+    peak_rss: u64,
+}
+
+impl Finished {
+    fn from(out: &Outcome) -> Finished {
+        Finished {
+            code: out.code,
+            stdout: out.stdout.clone(),
+            stderr: out.stderr.clone(),
+            peak_rss: out.peak_rss.unwrap_or(0),
+        }
+    }
+
+    /// `Err` with the last line of its stderr unless it exited with 0.
+    fn check(&self) -> Result<(), String> {
+        if self.code == 0 {
+            return Ok(());
+        }
+        let last = self
+            .stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message");
+        Err(format!("exit {}: {}", self.code, last.trim()))
+    }
+}
+
+/// Runs `cmd` to its end or `timeout`.
+fn run_command(cmd: Command, timeout: Duration) -> Result<Finished, String> {
     run_polling(cmd, timeout, || {})
 }
 
@@ -275,7 +318,7 @@ fn run_polling(
     mut cmd: Command,
     timeout: Duration,
     mut poll: impl FnMut(),
-) -> Result<(i32, String, String), String> {
+) -> Result<Finished, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| e.to_string());
@@ -285,9 +328,9 @@ fn run_polling(
     let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
     let start = Instant::now();
     let mut last_poll = start;
-    let code = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status.code().unwrap_or(-1);
+    let ended = loop {
+        if let Some(ended) = reap(&child)? {
+            break ended;
         }
         if start.elapsed() > timeout {
             // Our own child, by its id.
@@ -303,22 +346,21 @@ fn run_polling(
     };
     let read =
         |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
-    Ok((code, read(&out), read(&err)))
+    Ok(Finished {
+        code: ended.code,
+        stdout: read(&out),
+        stderr: read(&err),
+        peak_rss: ended.peak_rss,
+    })
 }
 
 fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) -> Run {
     let result = (|| {
         let wasm = guest()?;
-        let start = Instant::now();
-        let (code, stdout, stderr, stats) = match setup {
+        let (finished, stats) = match setup {
             Setup::Valet(policy) => {
                 let out = runner.guest(wasm, policy, args(scale, pass, MOUNT), scale.zones())?;
-                (
-                    out.code,
-                    out.stdout.clone(),
-                    out.stderr.clone(),
-                    out.stats.clone(),
-                )
+                (Finished::from(&out), out.stats.clone())
             }
             Setup::HostFiles => {
                 let dir = tempfile::Builder::new()
@@ -336,7 +378,7 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) ->
                 ];
                 all.extend(args(scale, pass, MOUNT));
                 let out = runner.valet(&all, scale.zones())?;
-                (out.code, out.stdout.clone(), out.stderr.clone(), None)
+                (Finished::from(&out), None)
             }
             Setup::Stock36 => {
                 let wasmtime = wasmtime36()
@@ -350,8 +392,7 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) ->
                     .arg(format!("{}::{MOUNT}", dir.path().display()))
                     .arg(wasm)
                     .args(args(scale, pass, MOUNT));
-                let (code, out, err) = run_command(cmd, runner.timeout)?;
-                (code, out, err, None)
+                (run_command(cmd, runner.timeout)?, None)
             }
             Setup::Native => {
                 let exe = valet_guests::native(RELEASE_GUEST)
@@ -362,24 +403,19 @@ fn one(runner: &Runner, scale: Scale, setup: Setup, pass: Pass, round: usize) ->
                     .map_err(|e| e.to_string())?;
                 let mut cmd = Command::new(exe);
                 cmd.args(args(scale, pass, &dir.path().to_string_lossy()));
-                let (code, out, err) = run_command(cmd, runner.timeout)?;
-                (code, out, err, None)
+                (run_command(cmd, runner.timeout)?, None)
             }
         };
-        let wall = start.elapsed();
-        if code != 0 {
-            let last = stderr
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no message");
-            return Err(format!("exit {code}: {}", last.trim()));
-        }
-        let benches = parse(&stdout);
+        finished.check()?;
+        let benches = parse(&finished.stdout);
         if benches.is_empty() {
             return Err("no benchmark lines in db_bench's output".into());
         }
-        Ok((benches, stats, wall))
+        Ok(Measured {
+            benches,
+            stats,
+            peak_rss: finished.peak_rss,
+        })
     })();
     Run {
         setup,
@@ -396,7 +432,7 @@ fn median_bench(runs: &[Run], setup: Setup, pass: Pass, name: &str) -> Option<(B
         .iter()
         .filter(|r| r.setup == setup && r.pass == pass)
         .filter_map(|r| r.result.as_ref().ok())
-        .filter_map(|(b, _, _)| b.iter().find(|b| b.name == name))
+        .filter_map(|m| m.benches.iter().find(|b| b.name == name))
         .collect();
     if all.is_empty() {
         return None;
@@ -532,25 +568,18 @@ fn fill_run(runner: &Runner, scale: Scale, policy: &str) -> FillResult {
     let start = Instant::now();
     // The peak of live data, from the admin API's stats while RocksDB runs.
     let mut peak = 0u64;
-    let (code, stdout, stderr) = run_polling(cmd, runner.timeout, || {
+    let finished = run_polling(cmd, runner.timeout, || {
         if let Some(stats) = admin_stats(&socket, &device.join("admin.token")) {
             peak = peak.max(stats.live_bytes);
         }
     })?;
     let wall = start.elapsed();
-    if code != 0 {
-        let last = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no message");
-        return Err(format!("exit {code}: {}", last.trim()));
-    }
+    finished.check()?;
     let stats: Stats = std::fs::read_to_string(&stats_path)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .ok_or("no --stats-json output")?;
-    let benches = parse(&stdout);
+    let benches = parse(&finished.stdout);
     if benches.len() < 4 {
         return Err(format!(
             "{} of 4 benchmark lines in db_bench's output",
@@ -697,7 +726,7 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
             .iter()
             .filter(|r| r.pass == pass)
             .find_map(|r| r.result.as_ref().ok())
-            .map(|(b, _, _)| b.iter().map(|b| b.name.clone()).collect())
+            .map(|m| m.benches.iter().map(|b| b.name.clone()).collect())
             .unwrap_or_default();
         // The paced pass's fillseq only sets the database up.
         let shown = names
@@ -771,7 +800,8 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
     );
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for run in runs.iter().filter(|r| r.round == 0) {
-        let (Setup::Valet(policy), Ok((_, Some(s), _))) = (run.setup, &run.result) else {
+        let (Setup::Valet(policy), Ok(Measured { stats: Some(s), .. })) = (run.setup, &run.result)
+        else {
             continue;
         };
         let per_sync = |bytes: u64| match (run.pass, s.device_syncs) {
@@ -793,7 +823,42 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
             per_sync(s.device_bytes),
         );
     }
+    memory_markdown(&mut md, runs);
     md
+}
+
+/// Each setup's peak resident memory per pass, the median over the rounds that ran.
+fn memory_markdown(md: &mut String, runs: &[Run]) {
+    let _ = writeln!(
+        md,
+        "\nPeak resident memory of each db_bench process (MiB, the kernel's `ru_maxrss`; \
+         medians over the rounds): RocksDB's memtables, block cache and tables' buffers in \
+         every setup; under WebAssembly the guest's linear memory as far as it touched it and \
+         the engine; under `valet-run` with a policy, the store (write buffers, journal).\n"
+    );
+    let _ = writeln!(md, "| sync | setup | peak MiB | rounds |");
+    let _ = writeln!(md, "| --- | --- | --- | --- |");
+    for pass in Pass::ALL {
+        for setup in Setup::ALL {
+            let peaks: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.setup == setup && r.pass == pass)
+                .filter_map(|r| r.result.as_ref().ok())
+                .map(|m| m.peak_rss as f64 / (1u64 << 20) as f64)
+                .collect();
+            if peaks.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.0} | {} |",
+                pass.label(),
+                setup.label(),
+                super::median(&peaks),
+                peaks.len()
+            );
+        }
+    }
 }
 
 /// `report rocksdb [--scale small|full] [--out DIR]`.
@@ -820,7 +885,11 @@ mod tests {
                         p99: 1.0,
                         p9999: 2.0,
                     };
-                    (vec![b], None, Duration::ZERO)
+                    Measured {
+                        benches: vec![b],
+                        stats: None,
+                        peak_rss: 0,
+                    }
                 })
                 .ok_or_else(|| "killed".to_string()),
         };

@@ -70,6 +70,10 @@ pub struct Outcome {
     /// CPU time (user and system) of the run's process and all its threads; `None` when it
     /// was killed for its time limit.
     pub cpu: Option<Duration>,
+    /// The process's peak resident memory in bytes (the kernel's `ru_maxrss`: guest memory
+    /// it touched, the engine, and under `valet-run` the store's buffers); `None` when it
+    /// was killed for its time limit.
+    pub peak_rss: Option<u64>,
     /// The store's accounting (valet-run only).
     pub stats: Option<Stats>,
     /// The store's device directory (valet-run only).
@@ -218,7 +222,7 @@ impl Runner {
             |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
         let mut stderr = read(&err_path);
         let code = match ended {
-            Some((code, _)) => code,
+            Some(Ended { code, .. }) => code,
             None => {
                 stderr.push_str(&format!("killed after {} s\n", self.timeout.as_secs()));
                 -1
@@ -232,7 +236,8 @@ impl Runner {
             stdout: read(&out_path),
             stderr,
             wall,
-            cpu: ended.map(|(_, cpu)| cpu),
+            cpu: ended.map(|e| e.cpu),
+            peak_rss: ended.map(|e| e.peak_rss),
             stats,
             device,
             _dir: dir,
@@ -240,9 +245,19 @@ impl Runner {
     }
 }
 
-/// The exit code (-1 for a signal) and CPU time of `child` if it has ended, reaped with
-/// `wait4` for its resource usage (`Child::try_wait` gives no rusage).
-fn reap(child: &std::process::Child) -> Result<Option<(i32, Duration)>, String> {
+/// How a child process ended, with what it used.
+#[derive(Clone, Copy)]
+pub(super) struct Ended {
+    /// The exit code, -1 for a signal.
+    pub code: i32,
+    pub cpu: Duration,
+    /// Peak resident memory in bytes.
+    pub peak_rss: u64,
+}
+
+/// How `child` ended, if it has, reaped with `wait4` for its resource usage
+/// (`Child::try_wait` gives no rusage).
+pub(super) fn reap(child: &std::process::Child) -> Result<Option<Ended>, String> {
     let mut status = 0;
     // SAFETY: all-zero is a valid rusage; wait4 fills it for our own child's id.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -260,7 +275,12 @@ fn reap(child: &std::process::Child) -> Result<Option<(i32, Duration)>, String> 
             let time = |t: libc::timeval| {
                 Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
             };
-            Ok(Some((code, time(usage.ru_utime) + time(usage.ru_stime))))
+            Ok(Some(Ended {
+                code,
+                cpu: time(usage.ru_utime) + time(usage.ru_stime),
+                // Linux counts it in KiB.
+                peak_rss: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
+            }))
         }
         _ => Err(format!("wait4: {}", std::io::Error::last_os_error())),
     }

@@ -39,6 +39,7 @@ pub fn report(r: &Results, out: &Path) -> Result<(), String> {
     guests(r, &mut doc);
     throughput(r, &mut doc, &mut figures);
     latency(r, &mut doc, &mut figures);
+    memory(r, &mut doc);
     tails(&r.tails, &mut doc);
     synced(&r.rows, &r.synced, r.scale, &mut doc);
     device(r, &mut doc);
@@ -231,6 +232,43 @@ fn latency(r: &Results, doc: &mut Doc, figures: &mut Vec<(String, String)>) {
         "P99 latency per workload and configuration",
         "latency_p99.svg",
     );
+}
+
+/// Each run's peak resident memory: what `valet-run` (the store's buffers, the engine, the
+/// guest's memory) holds against stock wasmtime and the native build of the same program.
+fn memory(r: &Results, doc: &mut Doc) {
+    let mut headers: Vec<&str> = vec!["guest"];
+    headers.extend(Config::ALL.map(Config::label));
+    headers.push("(a) − (c)");
+    let mut t = Table::new(&headers);
+    for row in &r.rows {
+        let peak = Config::ALL.map(|c| row.get(c).and_then(|d| d.peak_rss).map(mib_f64));
+        if peak.iter().all(Option::is_none) {
+            continue;
+        }
+        let mut cells = vec![row.workload.label.clone()];
+        cells.extend(peak.iter().map(|v| num(*v)));
+        let [a, _, stock, _] = peak;
+        cells.push(num(a.zip(stock).map(|(a, c)| a - c)));
+        t.row(cells);
+    }
+    if t.is_empty() {
+        return;
+    }
+    doc.heading(2, "Peak memory (MiB)");
+    doc.paragraph(
+        "The peak resident memory of each run's process (the kernel's `ru_maxrss`): the \
+         guest's linear memory as far as it touched it, the engine and its compiled code, and \
+         under `valet-run` the store (its write buffers, the journal, the policy's instance). \
+         (c) is the report's own stock runner (wasmtime 48 and wasmtime-wasi), (d) the \
+         native program. A workload line of several benchmarks runs in one process, so its \
+         figure is the peak over all of them.",
+    );
+    doc.table(&t);
+}
+
+fn mib_f64(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// The write path's tail targets over [`tails::rounds`] rounds: medians of (a) and (c).
