@@ -32,6 +32,7 @@ use wasmtime::{
 
 use crate::cpu_limit::{CpuBudget, CpuMetering, ThreadMeter};
 use crate::epoch_clock;
+use crate::guest_memory::{GuestMemory, MemoryAccount, MemoryLimiter};
 use crate::wasi::{self, Ending, Exit, GuestState, MemRef, Preopened, WasiCtx};
 
 /// A directory (or socket) the guest sees.
@@ -84,6 +85,9 @@ pub struct GuestSpec {
     /// [`crate::cpu_limit`]). Kept at epoch checks: the engine must have them
     /// ([`Stopping::EpochChecks`]).
     pub cpu: Option<CpuMetering>,
+    /// The tenant's account of its guests' linear memory, which this guest joins while it
+    /// runs (see [`crate::guest_memory`]).
+    pub memory: Option<Arc<MemoryAccount>>,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -446,10 +450,28 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
             )
             .map_err(|e| anyhow::anyhow!("linking thread-spawn: {e}"))?;
     }
+    // Counted in the tenant's memory until this returns.
+    let memory = spec.memory.as_ref().map(|account| account.guest());
     let end = if threaded {
-        run_threaded(engine, module, linker, spec, wasi.clone(), budget)?
+        run_threaded(
+            engine,
+            module,
+            linker,
+            spec,
+            wasi.clone(),
+            budget,
+            memory.as_ref(),
+        )?
     } else {
-        run_plain(engine, module, linker, spec, wasi.clone(), budget)?
+        run_plain(
+            engine,
+            module,
+            linker,
+            spec,
+            wasi.clone(),
+            budget,
+            memory.clone(),
+        )?
     };
     wasi.end();
     let closed = wasi.close_all();
@@ -485,6 +507,7 @@ fn run_plain(
     spec: &GuestSpec,
     wasi: Arc<WasiCtx>,
     budget: Option<Arc<CpuBudget>>,
+    memory: Option<Arc<GuestMemory>>,
 ) -> Result<End> {
     check_imports(&mut linker, module, spec)?;
     if let Some(stop) = &spec.stop {
@@ -495,9 +518,14 @@ fn run_plain(
         if let Some(ExternType::Memory(ty)) = module.get_export("memory") {
             fits(&ty, limit)?;
         }
-        store.data_mut().limits = wasmtime::StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(limit).unwrap_or(usize::MAX))
-            .build();
+    }
+    if spec.memory_limit.is_some() || memory.is_some() {
+        store.data_mut().limits = MemoryLimiter {
+            limit: spec
+                .memory_limit
+                .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
+            gauge: memory,
+        };
         store.limiter(|state| &mut state.limits);
     }
     watch_epochs(&mut store, budget.as_ref());
@@ -551,6 +579,7 @@ fn run_threaded(
     spec: &GuestSpec,
     wasi: Arc<WasiCtx>,
     budget: Option<Arc<CpuBudget>>,
+    memory: Option<&Arc<GuestMemory>>,
 ) -> Result<End> {
     let Some(import) = module
         .imports()
@@ -568,13 +597,16 @@ fn run_threaded(
         Some(limit) => capped(&ty, limit)?,
         None => ty,
     };
-    let memory = SharedMemory::new(engine, ty)
+    let shared = SharedMemory::new(engine, ty)
         .map_err(|e| anyhow::anyhow!("the guest's shared memory: {e}"))?;
+    if let Some(gauge) = memory {
+        gauge.share(shared.clone());
+    }
     let (mem_module, mem_name) = (import.module().to_string(), import.name().to_string());
     {
         let store = wasmtime::Store::new(engine, GuestState::new(wasi.clone(), MemRef::None));
         linker
-            .define(&store, &mem_module, &mem_name, memory.clone())
+            .define(&store, &mem_module, &mem_name, shared.clone())
             .map_err(|e| anyhow::anyhow!("the guest's shared memory: {e}"))?;
     }
     check_imports(&mut linker, module, spec)?;
@@ -582,7 +614,7 @@ fn run_threaded(
         engine: engine.clone(),
         module: module.clone(),
         linker,
-        memory,
+        memory: shared,
         wasi,
         next_tid: AtomicU32::new(1),
         running: AtomicU32::new(1),

@@ -9,6 +9,7 @@ pub mod cpu_limit;
 pub mod device;
 pub mod epoch_clock;
 pub mod fs_cmd;
+pub mod guest_memory;
 pub mod host;
 pub mod inspect;
 pub mod metrics;

@@ -456,6 +456,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
                 limit: Some(limit),
                 account: registry.cpu_account(&cli.tenant),
             }),
+            memory: Some(registry.memory_account(&cli.tenant)),
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

@@ -38,6 +38,8 @@ pub struct TenantGauges {
     /// Its guests' CPU time and the time they spent paused for their CPU limits, if its
     /// guests are metered (every pod of the node agent; `--cpus`).
     pub cpu: Option<(Duration, Duration)>,
+    /// The linear memory of its guests running now, if a guest of it ever ran here.
+    pub memory: Option<u64>,
 }
 
 /// Binds `addr` and serves `GET /metrics` on a thread of its own until the process ends;
@@ -85,6 +87,7 @@ pub fn scrape(registry: &Registry) -> String {
     let guests = registry.guests_running();
     let quotas = registry.quotas();
     let cpu = registry.cpu_accounts();
+    let memory = registry.memory_accounts();
     let tenants: Vec<TenantGauges> = store
         .tenants()
         .into_iter()
@@ -94,11 +97,116 @@ pub fn scrape(registry: &Registry) -> String {
             guests: guests.get(&name).copied().unwrap_or(0),
             quota: quotas.get(&name).map(|q| (q.limit(), q.refusals())),
             cpu: cpu.get(&name).map(|a| (a.used(), a.paused())),
+            memory: memory.get(&name).map(|a| a.bytes()),
             name,
         })
         .collect();
     let failed = store.health().is_err();
-    render(&store.stats(), &tenants, failed)
+    let mut text = render(&store.stats(), &tenants, failed);
+    text.push_str(&process_metrics());
+    text
+}
+
+/// The standard `process_*` metrics of Prometheus' client libraries, of this process: under
+/// the node agent every pod's guest and the store, which the agent's own container (its
+/// cgroup) shows too. Read from `/proc/self` and `getrusage`; a figure that cannot be read
+/// is left out.
+pub fn process_metrics() -> String {
+    let mut out = Exposition::default();
+    let mut gauge = |name: &str, kind: &str, help: &str, value: Option<f64>| {
+        if let Some(value) = value {
+            out.family(name, kind, help);
+            out.sample(name, &[], value);
+        }
+    };
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as f64;
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: Vec<f64> = statm
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    gauge(
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        cpu_seconds(),
+    );
+    gauge(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        pages.get(1).map(|p| p * page),
+    );
+    gauge(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "Virtual memory size in bytes.",
+        pages.first().map(|p| p * page),
+    );
+    gauge(
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+        std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|d| d.count() as f64),
+    );
+    gauge(
+        "process_max_fds",
+        "gauge",
+        "Maximum number of open file descriptors.",
+        max_fds(),
+    );
+    gauge(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        start_time(),
+    );
+    out.text
+}
+
+fn cpu_seconds() -> Option<f64> {
+    // SAFETY: all-zero is a valid rusage, which getrusage fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a pointer to a local rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
+fn max_fds() -> Option<f64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a pointer to a local rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some(limit.rlim_cur as f64)
+}
+
+/// The boot time (`btime` of `/proc/stat`) plus the process's start in clock ticks since
+/// boot (field 22 of `/proc/self/stat`).
+fn start_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which may hold spaces and is closed by the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| boot + ticks / hz as f64)
 }
 
 /// A family of samples of `T`: name, type, help text, and each sample's value.
@@ -355,6 +463,17 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         ),
     ];
     out.families(cpu, &metered, |c| vec![("tenant", c.0.to_string())]);
+    let memory: Vec<(&str, u64)> = tenants
+        .iter()
+        .filter_map(|t| t.memory.map(|bytes| (t.name.as_str(), bytes)))
+        .collect();
+    let per_memory: &[Family<(&str, u64)>] = &[(
+        "valet_tenant_memory_bytes",
+        "gauge",
+        "Linear memory of a tenant's guests running now (what a pod's memory limit bounds).",
+        |m| m.1 as f64,
+    )];
+    out.families(per_memory, &memory, |m| vec![("tenant", m.0.to_string())]);
 
     let per_tenant: &[Family<TenantStats>] = &[
         (
@@ -541,6 +660,47 @@ mod tests {
     }
 
     #[test]
+    fn the_process_metrics_are_this_process_s() {
+        let text = process_metrics();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+                .parse()
+                .unwrap()
+        };
+        // Touched pages are resident: 128 MiB of them more than before (other tests of
+        // this process may free some meanwhile, so the bound is lower).
+        let before = value("process_resident_memory_bytes");
+        let touched = vec![1u8; 128 << 20];
+        let after = process_metrics();
+        let resident: f64 = after
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            resident >= before + 100.0 * (1 << 20) as f64,
+            "{before} → {resident}"
+        );
+        drop(std::hint::black_box(touched));
+        assert!(value("process_virtual_memory_bytes") >= before);
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let start = value("process_start_time_seconds");
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0,
+            "{start} at {now}"
+        );
+        assert!(value("process_cpu_seconds_total") > 0.0);
+    }
+
+    #[test]
     fn a_histogram_is_cumulative_and_ends_with_its_count() {
         let mut latency = SyncLatency {
             name: "db".into(),
@@ -602,13 +762,14 @@ mod tests {
                 guests: 0,
                 quota: Some((1000, 2)),
                 cpu: Some((Duration::from_millis(1500), Duration::from_millis(250))),
+                memory: Some(3 << 20),
             },
             TenantGauges {
                 name: "u".into(),
                 ..Default::default()
             },
         ];
-        let text = render(&stats, &tenants, true);
+        let text = render(&stats, &tenants, true) + &process_metrics();
         assert!(text.contains("valet_store_failed 1\n"), "{text}");
         let mut announced = std::collections::BTreeSet::new();
         for line in text.lines() {
@@ -641,6 +802,9 @@ mod tests {
             "u has no quota"
         );
         assert!(text.contains("valet_tenant_cpu_seconds_total{tenant=\"t\"} 1.5\n"));
+        assert!(text.contains("valet_tenant_memory_bytes{tenant=\"t\"} 3145728\n"));
+        assert!(!text.contains("valet_tenant_memory_bytes{tenant=\"u\"}"));
+        assert!(text.contains("process_resident_memory_bytes "));
         assert!(text.contains("valet_tenant_cpu_throttled_seconds_total{tenant=\"t\"} 0.25\n"));
         assert!(
             !text.contains("valet_tenant_cpu_seconds_total{tenant=\"u\"}"),

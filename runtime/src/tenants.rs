@@ -253,6 +253,7 @@ pub fn run(
                 limit: Some(limit),
                 account: registry.cpu_account(&t.name),
             }),
+            memory: Some(registry.memory_account(&t.name)),
             space_limit,
             stop: Some(stop.clone()),
             ..GuestSpec::default()

@@ -1,10 +1,14 @@
 //! A guest's memory limit (a pod's `resources.limits.memory`): `memory.grow` past it fails
 //! with -1, as an allocation fails in a process at its cgroup's limit, for a plain memory
 //! (bounded by the store's limiter) and for a wasi-threads shared memory (bounded by its
-//! type); a module that needs more than the limit at start is refused with one line.
+//! type); a module that needs more than the limit at start is refused with one line; and a
+//! running guest's memory is counted in its tenant's account, which the metrics serve.
 
+use std::io::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use valet_runtime::guest_memory::MemoryAccount;
 use valet_runtime::host::{self, GuestExit, GuestSpec, Stopping};
 use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
 use valet_vfs::{Store, StoreConfig};
@@ -34,6 +38,17 @@ fn grower(memory: &str, threaded: bool) -> Vec<u8> {
 }
 
 fn run(bytes: &[u8], memory_limit: Option<u64>) -> anyhow::Result<GuestExit> {
+    run_spec(
+        bytes,
+        GuestSpec {
+            args: vec!["grower".into()],
+            memory_limit,
+            ..Default::default()
+        },
+    )
+}
+
+fn run_spec(bytes: &[u8], spec: GuestSpec) -> anyhow::Result<GuestExit> {
     let engine = host::engine(Stopping::NoChecks).unwrap();
     let module = wasmtime::Module::new(&engine, bytes).unwrap();
     let geometry = Geometry {
@@ -46,11 +61,6 @@ fn run(bytes: &[u8], memory_limit: Option<u64>) -> anyhow::Result<GuestExit> {
     };
     let device = Arc::new(MemoryDevice::new(geometry).unwrap()) as Arc<dyn ZonedDevice>;
     let store = Store::open(device, StoreConfig::default()).unwrap();
-    let spec = GuestSpec {
-        args: vec!["grower".into()],
-        memory_limit,
-        ..Default::default()
-    };
     host::run(&engine, &module, &spec, &store)
 }
 
@@ -86,5 +96,61 @@ fn a_module_that_starts_over_the_limit_is_refused_with_one_line() {
             .unwrap_or_else(|| panic!("{memory}: a 4 MiB memory ran under a 2 MiB limit"));
         let msg = format!("{err:#}");
         assert!(msg.contains("limit") && !msg.contains('\n'), "{msg}");
+    }
+}
+
+#[test]
+fn a_running_guests_memory_is_its_tenants_until_it_ends() {
+    const PAGE: u64 = 64 << 10;
+    for (memory, threaded) in [
+        ("(memory (export \"memory\") 1)", false),
+        ("(import \"env\" \"memory\" (memory 1 1000 shared))", true),
+    ] {
+        let spawn = match threaded {
+            true => r#"(import "wasi" "thread-spawn" (func (param i32) (result i32)))"#,
+            false => "",
+        };
+        // Grows to 100 pages, then waits for a byte on stdin (an iovec of one byte at 16).
+        let bytes = wat::parse_str(format!(
+            r#"(module
+                 (import "wasi_snapshot_preview1" "fd_read"
+                   (func $read (param i32 i32 i32 i32) (result i32)))
+                 (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+                 {spawn}
+                 {memory}
+                 (data (i32.const 0) "\10\00\00\00\01\00\00\00")
+                 (func (export "_start")
+                   (drop (memory.grow (i32.const 99)))
+                   (drop (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
+                   (call $exit (i32.const 0))))"#
+        ))
+        .unwrap();
+        let (stdin, mut writer) = std::io::pipe().unwrap();
+        let account = Arc::new(MemoryAccount::default());
+        let spec = GuestSpec {
+            args: vec!["waiter".into()],
+            stdio: [
+                Some(Arc::new(std::fs::File::from(std::os::fd::OwnedFd::from(
+                    stdin,
+                )))),
+                None,
+                None,
+            ],
+            memory: Some(account.clone()),
+            ..Default::default()
+        };
+        let guest = std::thread::spawn(move || run_spec(&bytes, spec));
+        let start = Instant::now();
+        while account.bytes() != 100 * PAGE {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{memory}: {} bytes counted",
+                account.bytes()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        writer.write_all(b"x").unwrap();
+        assert_eq!(exit_code(guest.join().unwrap()), 0, "{memory}");
+        assert_eq!(account.bytes(), 0, "{memory}: counted after its end");
     }
 }

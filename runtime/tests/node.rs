@@ -794,11 +794,21 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     let text = scrape();
     assert_eq!(value(&text, "valet_tenant_guests{tenant=\"mt\"}"), 1.0);
     p.start();
+    // While it spins: its linear memory (pod_writer's 17 pages and more) is the tenant's.
+    std::thread::sleep(Duration::from_millis(100));
+    let text = scrape();
+    let memory = value(&text, "valet_tenant_memory_bytes{tenant=\"mt\"}");
+    assert!(memory >= 17.0 * 65536.0, "{memory} bytes");
+    assert!(value(&text, "process_resident_memory_bytes") >= memory);
     let (e, out, err) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert_eq!(acked(&out), 20, "{out}");
     let text = scrape();
     assert_eq!(value(&text, "valet_tenant_guests{tenant=\"mt\"}"), 0.0);
+    assert_eq!(
+        value(&text, "valet_tenant_memory_bytes{tenant=\"mt\"}"),
+        0.0
+    );
     let syncs = value(&text, "valet_sync_duration_seconds_count{tenant=\"mt\"}");
     assert!(
         syncs >= 20.0,

@@ -15,6 +15,7 @@ use valet_vfs::{Store, TenantId};
 use wasmtime::Engine;
 
 use crate::cpu_limit::CpuAccount;
+use crate::guest_memory::MemoryAccount;
 use crate::policy::{self, Limits, PolicyModule, WasmPlacement};
 use crate::quota::Quota;
 use crate::remove::{self, Removal, RemoveRequest, TenantBusy, TenantUsage};
@@ -47,6 +48,8 @@ pub struct Registry {
     quotas: Mutex<BTreeMap<String, Arc<Quota>>>,
     /// The CPU time of each tenant whose guests are metered, by tenant name.
     cpu: Mutex<BTreeMap<String, Arc<CpuAccount>>>,
+    /// The linear memory of each tenant's running guests, by tenant name.
+    memory: Mutex<BTreeMap<String, Arc<MemoryAccount>>>,
 }
 
 /// A guest counted as running (see [`Registry::guest_running`]) until this is dropped.
@@ -82,6 +85,7 @@ impl Registry {
             guests: Mutex::new(BTreeMap::new()),
             quotas: Mutex::new(BTreeMap::new()),
             cpu: Mutex::new(BTreeMap::new()),
+            memory: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -279,6 +283,20 @@ impl Registry {
     /// Every metered tenant's CPU account, by tenant name.
     pub fn cpu_accounts(&self) -> BTreeMap<String, Arc<CpuAccount>> {
         self.cpu.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The memory account of tenant `name`, made at its first guest.
+    pub fn memory_account(&self, name: &str) -> Arc<MemoryAccount> {
+        let mut accounts = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        accounts.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Every tenant's memory account that a guest ever joined, by tenant name.
+    pub fn memory_accounts(&self) -> BTreeMap<String, Arc<MemoryAccount>> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// How many guests of each tenant run now (tenants with none may be left out).

@@ -455,6 +455,7 @@ impl Agent {
                 limit: cpu_limit,
                 account: self.registry.cpu_account(&config.tenant),
             }),
+            memory: Some(self.registry.memory_account(&config.tenant)),
             ..GuestSpec::default()
         };
         Ok(Prepared {

@@ -473,8 +473,9 @@ pub struct GuestState {
     scratch: Vec<u8>,
     /// What `wasi::thread-spawn` needs (set by [`crate::host`] for threaded guests).
     pub threads: Option<Arc<crate::host::Threads>>,
-    /// The store's resource limits (a pod's memory limit; none by default).
-    pub limits: wasmtime::StoreLimits,
+    /// The store's resource limiter: a pod's memory limit, and the memory the guest grew
+    /// to (none by default; see [`crate::guest_memory`]).
+    pub limits: crate::guest_memory::MemoryLimiter,
     /// This thread's share of the guest's CPU limit, kept at epoch checks (none by
     /// default; see [`crate::cpu_limit`]).
     pub cpu: Option<crate::cpu_limit::ThreadMeter>,
@@ -487,7 +488,7 @@ impl GuestState {
             mem,
             scratch: Vec::new(),
             threads: None,
-            limits: wasmtime::StoreLimits::default(),
+            limits: crate::guest_memory::MemoryLimiter::default(),
             cpu: None,
         }
     }
