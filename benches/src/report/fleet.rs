@@ -244,8 +244,9 @@ struct LevelDbRow {
     /// (a pod must stop when it is killed while the agent goes on).
     valet_run_checks: Vec<f64>,
 }
-/// (writers, each round's pods, each round's tenants of one `valet-run`).
-type AppendRow = (usize, Vec<Vec<Writer>>, Vec<Vec<Writer>>);
+/// (writers, each round's pods, each round's tenants of one `valet-run`, each round's
+/// peak resident memory of the agent that ran the pods).
+type AppendRow = (usize, Vec<Vec<Writer>>, Vec<Vec<Writer>>, Vec<u64>);
 
 /// Everything the section shows.
 struct Figures {
@@ -430,7 +431,7 @@ fn appends(node: &mut Node, rounds: usize, seconds: &str) -> Vec<AppendRow> {
     node.import("docker.io/valet/sync:1", &std::fs::read(wasm).unwrap());
     let mut out: Vec<AppendRow> = [1, 2, 8]
         .iter()
-        .map(|&w| (w, Vec::new(), Vec::new()))
+        .map(|&w| (w, Vec::new(), Vec::new(), Vec::new()))
         .collect();
     for round in 0..rounds {
         for row in out.iter_mut() {
@@ -469,6 +470,10 @@ fn appends(node: &mut Node, rounds: usize, seconds: &str) -> Vec<AppendRow> {
             }
             assert_eq!(got.len(), n, "sync_append pods: {got:?}");
             row.1.push(got);
+            // A fresh agent for each row: its peak is that of n pods at once.
+            if let Some(peak) = node.agent.as_ref().and_then(Agent::peak_rss) {
+                row.3.push(peak);
+            }
             // valet-run with as many tenants, on a fresh device of the same geometry.
             let at = (now_ns() / 1_000_000 + 1500).to_string();
             let mut toml = String::new();
@@ -652,7 +657,7 @@ fn markdown(f: &Figures) -> String {
     // order statistics alone, even when every writer sees the same latencies.
     let mean_tail = |w: &Vec<Writer>| w.iter().map(|x| x.p9999_us).sum::<f64>() / w.len() as f64;
     let mut tails = Vec::new();
-    for (n, pods, vr) in &f.appends {
+    for (n, pods, vr, _) in &f.appends {
         let pods_total: Vec<f64> = pods.iter().map(total).collect();
         let vr_total: Vec<f64> = vr.iter().map(total).collect();
         let pods_p99: Vec<f64> = pods.iter().map(|w| worst(w, |x| x.p99_us)).collect();
@@ -700,6 +705,20 @@ fn markdown(f: &Figures) -> String {
         tail(2, false) / tail(1, false),
         tail(2, false),
         tail(1, false)
+    );
+    let _ = writeln!(
+        md,
+        "The agent's peak resident memory (`VmHWM`; a fresh agent for each number of pods, \
+         so the figure is that of those pods at once, the store and the engine; MiB, median \
+         over the rounds): {}.\n",
+        f.appends
+            .iter()
+            .map(|(n, _, _, peaks)| {
+                let mib: Vec<f64> = peaks.iter().map(|&b| b as f64 / (1 << 20) as f64).collect();
+                format!("{n} pods {:.1}", median(&mib))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let _ = writeln!(
         md,
