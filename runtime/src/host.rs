@@ -452,27 +452,16 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
     }
     // Counted in the tenant's memory until this returns.
     let memory = spec.memory.as_ref().map(|account| account.guest());
-    let end = if threaded {
-        run_threaded(
-            engine,
-            module,
-            linker,
-            spec,
-            wasi.clone(),
-            budget,
-            memory.as_ref(),
-        )?
-    } else {
-        run_plain(
-            engine,
-            module,
-            linker,
-            spec,
-            wasi.clone(),
-            budget,
-            memory.clone(),
-        )?
-    };
+    let run = if threaded { run_threaded } else { run_plain };
+    let end = run(
+        engine,
+        module,
+        linker,
+        spec,
+        wasi.clone(),
+        budget,
+        memory.as_ref(),
+    )?;
     wasi.end();
     let closed = wasi.close_all();
     Ok(match end {
@@ -507,7 +496,7 @@ fn run_plain(
     spec: &GuestSpec,
     wasi: Arc<WasiCtx>,
     budget: Option<Arc<CpuBudget>>,
-    memory: Option<Arc<GuestMemory>>,
+    memory: Option<&Arc<GuestMemory>>,
 ) -> Result<End> {
     check_imports(&mut linker, module, spec)?;
     if let Some(stop) = &spec.stop {
@@ -524,7 +513,7 @@ fn run_plain(
             limit: spec
                 .memory_limit
                 .map(|limit| usize::try_from(limit).unwrap_or(usize::MAX)),
-            gauge: memory,
+            gauge: memory.cloned(),
         };
         store.limiter(|state| &mut state.limits);
     }
