@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::runners::Runner;
+use super::runners::{vm_hwm, Runner};
 use super::workloads::Scale;
 use super::{median, percentile};
 
@@ -471,7 +471,7 @@ fn appends(node: &mut Node, rounds: usize, seconds: &str) -> Vec<AppendRow> {
             assert_eq!(got.len(), n, "sync_append pods: {got:?}");
             row.1.push(got);
             // A fresh agent for each row: its peak is that of n pods at once.
-            if let Some(peak) = node.agent.as_ref().and_then(Agent::peak_rss) {
+            if let Some(peak) = node.agent.as_ref().and_then(|a| vm_hwm(a.pid())) {
                 row.3.push(peak);
             }
             // valet-run with as many tenants, on a fresh device of the same geometry.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use valet_vfs::Stats;
 
-use super::runners::{reap, Outcome, Runner, MOUNT};
+use super::runners::{reap, Outcome, PeakWatch, Runner, MOUNT};
 use super::workloads::Scale;
 
 /// db_bench as RocksDB's release build (`NDEBUG`), wasm and native, where
@@ -106,8 +106,8 @@ struct Measured {
     benches: Vec<Bench>,
     /// The store's accounting (the policies' setups only).
     stats: Option<Stats>,
-    /// The process's peak resident memory in bytes.
-    peak_rss: u64,
+    /// The process's peak resident memory in bytes, as sampled.
+    peak_rss: Option<u64>,
 }
 
 /// The db_bench invocations every setup runs.
@@ -275,8 +275,8 @@ struct Finished {
     code: i32,
     stdout: String,
     stderr: String,
-    /// The process's peak resident memory in bytes.
-    peak_rss: u64,
+    /// The process's peak resident memory in bytes, as sampled.
+    peak_rss: Option<u64>,
 }
 
 impl Finished {
@@ -285,7 +285,7 @@ impl Finished {
             code: out.code,
             stdout: out.stdout.clone(),
             stderr: out.stderr.clone(),
-            peak_rss: out.peak_rss.unwrap_or(0),
+            peak_rss: out.peak_rss,
         }
     }
 
@@ -328,7 +328,9 @@ fn run_polling(
     let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
     let start = Instant::now();
     let mut last_poll = start;
+    let mut peak = PeakWatch::default();
     let ended = loop {
+        peak.sample(child.id());
         if let Some(ended) = reap(&child)? {
             break ended;
         }
@@ -350,7 +352,7 @@ fn run_polling(
         code: ended.code,
         stdout: read(&out),
         stderr: read(&err),
-        peak_rss: ended.peak_rss,
+        peak_rss: peak.peak(),
     })
 }
 
@@ -831,8 +833,8 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
 fn memory_markdown(md: &mut String, runs: &[Run]) {
     let _ = writeln!(
         md,
-        "\nPeak resident memory of each db_bench process (MiB, the kernel's `ru_maxrss`; \
-         medians over the rounds): RocksDB's memtables, block cache and tables' buffers in \
+        "\nPeak resident memory of each db_bench process (MiB, its `VmHWM` sampled every \
+         20 ms while it runs; medians over the rounds): RocksDB's memtables, block cache and tables' buffers in \
          every setup; under WebAssembly the guest's linear memory as far as it touched it and \
          the engine; under `valet-run` with a policy, the store (write buffers, journal).\n"
     );
@@ -843,8 +845,8 @@ fn memory_markdown(md: &mut String, runs: &[Run]) {
             let peaks: Vec<f64> = runs
                 .iter()
                 .filter(|r| r.setup == setup && r.pass == pass)
-                .filter_map(|r| r.result.as_ref().ok())
-                .map(|m| m.peak_rss as f64 / (1u64 << 20) as f64)
+                .filter_map(|r| r.result.as_ref().ok()?.peak_rss)
+                .map(|bytes| bytes as f64 / (1u64 << 20) as f64)
                 .collect();
             if peaks.is_empty() {
                 continue;
@@ -888,7 +890,7 @@ mod tests {
                     Measured {
                         benches: vec![b],
                         stats: None,
-                        peak_rss: 0,
+                        peak_rss: None,
                     }
                 })
                 .ok_or_else(|| "killed".to_string()),

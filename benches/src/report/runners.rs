@@ -70,9 +70,9 @@ pub struct Outcome {
     /// CPU time (user and system) of the run's process and all its threads; `None` when it
     /// was killed for its time limit.
     pub cpu: Option<Duration>,
-    /// The process's peak resident memory in bytes (the kernel's `ru_maxrss`: guest memory
-    /// it touched, the engine, and under `valet-run` the store's buffers); `None` when it
-    /// was killed for its time limit.
+    /// The process's peak resident memory in bytes (guest memory it touched, the engine,
+    /// and under `valet-run` the store's buffers; see [`PeakWatch`]); `None` when it was
+    /// killed for its time limit or ended before it was first sampled.
     pub peak_rss: Option<u64>,
     /// The store's accounting (valet-run only).
     pub stats: Option<Stats>,
@@ -205,7 +205,9 @@ impl Runner {
             .stderr(file(&err_path)?);
         let start = Instant::now();
         let mut child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+        let mut peak = PeakWatch::default();
         let ended = loop {
+            peak.sample(child.id());
             if let Some(ended) = reap(&child)? {
                 break Some(ended);
             }
@@ -237,7 +239,7 @@ impl Runner {
             stderr,
             wall,
             cpu: ended.map(|e| e.cpu),
-            peak_rss: ended.map(|e| e.peak_rss),
+            peak_rss: ended.and(peak.peak()),
             stats,
             device,
             _dir: dir,
@@ -245,14 +247,47 @@ impl Runner {
     }
 }
 
-/// How a child process ended, with what it used.
+/// How a child process ended, with the CPU time it used.
 #[derive(Clone, Copy)]
 pub(super) struct Ended {
     /// The exit code, -1 for a signal.
     pub code: i32,
     pub cpu: Duration,
-    /// Peak resident memory in bytes.
-    pub peak_rss: u64,
+}
+
+/// The peak resident memory of a running child, from its `VmHWM` (the high-water mark of
+/// the address space it exec'd into), sampled as it runs: the rusage `wait4` gives has a
+/// `ru_maxrss` too, but Linux carries into it the resident size of the process the child
+/// was forked from (this report, tens of MiB) at its exec.
+#[derive(Default)]
+pub(super) struct PeakWatch(Option<u64>);
+
+impl PeakWatch {
+    /// Takes the child's high-water mark now (nothing once it has ended).
+    pub fn sample(&mut self, pid: u32) {
+        if let Some(bytes) = vm_hwm(pid) {
+            self.0 = Some(self.0.map_or(bytes, |p| p.max(bytes)));
+        }
+    }
+
+    /// The highest mark sampled.
+    pub fn peak(&self) -> Option<u64> {
+        self.0
+    }
+}
+
+/// The `VmHWM` of process `pid` in bytes.
+pub fn vm_hwm(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// How `child` ended, if it has, reaped with `wait4` for its resource usage
@@ -278,8 +313,6 @@ pub(super) fn reap(child: &std::process::Child) -> Result<Option<Ended>, String>
             Ok(Some(Ended {
                 code,
                 cpu: time(usage.ru_utime) + time(usage.ru_stime),
-                // Linux counts it in KiB.
-                peak_rss: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
             }))
         }
         _ => Err(format!("wait4: {}", std::io::Error::last_os_error())),
@@ -339,4 +372,27 @@ pub fn stock_main(args: &[String]) -> i32 {
     print!("{}", out.stdout);
     eprint!("{}", out.stderr);
     out.code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_childs_peak_is_its_own_not_the_forking_processs() {
+        // This test process holds 64 MiB more than the child will.
+        let held = vec![1u8; 64 << 20];
+        let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let mut peak = PeakWatch::default();
+        while reap(&child).unwrap().is_none() {
+            peak.sample(child.id());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let own = vm_hwm(std::process::id()).unwrap();
+        let childs = peak.peak().expect("sampled while it ran");
+        assert!(own >= 64 << 20, "{own}");
+        assert!(childs < 16 << 20, "sleep's peak: {childs} bytes");
+        drop(std::hint::black_box(held));
+        let _ = child.wait();
+    }
 }

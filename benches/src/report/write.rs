@@ -257,8 +257,8 @@ fn memory(r: &Results, doc: &mut Doc) {
     }
     doc.heading(2, "Peak memory (MiB)");
     doc.paragraph(
-        "The peak resident memory of each run's process (the kernel's `ru_maxrss`): the \
-         guest's linear memory as far as it touched it, the engine and its compiled code, and \
+        "The peak resident memory of each run's process (its `VmHWM`, sampled every 20 ms \
+         while it runs): the guest's linear memory as far as it touched it, the engine and its compiled code, and \
          under `valet-run` the store (its write buffers, the journal, the policy's instance). \
          (c) is the report's own stock runner (wasmtime 48 and wasmtime-wasi), (d) the \
          native program. A workload line of several benchmarks runs in one process, so its \

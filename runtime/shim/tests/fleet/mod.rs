@@ -109,18 +109,9 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The agent's peak resident memory so far (`VmHWM`), in bytes.
-    pub fn peak_rss(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))?
-            .trim()
-            .strip_suffix("kB")?
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kib * 1024)
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL, as a crash.
