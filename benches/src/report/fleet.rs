@@ -715,7 +715,8 @@ fn markdown(f: &Figures) -> String {
             .iter()
             .map(|(n, _, _, peaks)| {
                 let mib: Vec<f64> = peaks.iter().map(|&b| b as f64 / (1 << 20) as f64).collect();
-                format!("{n} pods {:.1}", median(&mib))
+                let pods = if *n == 1 { "pod" } else { "pods" };
+                format!("{n} {pods} {:.1}", median(&mib))
             })
             .collect::<Vec<_>>()
             .join(", ")
