@@ -216,6 +216,21 @@ impl Pod {
         drop(self.conn);
         (m, self.stdout.join().unwrap(), self.stderr.join().unwrap())
     }
+
+    /// Kills the guest as SIGKILL would: it must end with 128 + 9 within 2 s. Returns its
+    /// stdout.
+    fn kill_promptly(self) -> String {
+        let asked = Instant::now();
+        proto::send(&self.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
+        let (e, out, _) = self.wait();
+        assert_eq!(e, FromAgent::Exited { code: 137 }, "{out}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
+        out
+    }
 }
 
 fn acked(stdout: &str) -> u64 {
@@ -383,15 +398,7 @@ fn a_kill_or_a_vanished_shim_stops_the_guest_and_keeps_what_it_synced() {
     assert_eq!(c, FromAgent::Created);
     p.start();
     std::thread::sleep(Duration::from_millis(200));
-    let asked = Instant::now();
-    proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
-    let (e, out, _) = p.wait();
-    assert_eq!(e, FromAgent::Exited { code: 137 });
-    assert!(
-        asked.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        asked.elapsed()
-    );
+    let out = p.kill_promptly();
     let n = acked(&out);
     assert!(n > 0, "{out}");
     // A second run of the tenant finds every acknowledged record intact and goes on.
@@ -546,15 +553,7 @@ fn a_pods_cpu_limit_bounds_the_cpu_time_its_guest_uses() {
     assert_eq!(c, FromAgent::Created);
     p.start();
     std::thread::sleep(Duration::from_millis(300));
-    let asked = Instant::now();
-    proto::send(&p.conn, &ToAgent::Kill { signal: 9 }, &[]).unwrap();
-    let (e, _, _) = p.wait();
-    assert_eq!(e, FromAgent::Exited { code: 137 });
-    assert!(
-        asked.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        asked.elapsed()
-    );
+    p.kill_promptly();
 }
 
 /// Tenants never share a zone: on a small store, pods of new tenants are created while it
