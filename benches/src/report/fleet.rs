@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::markdown::in_mib;
 use super::runners::{vm_hwm, Runner};
 use super::workloads::Scale;
 use super::{median, percentile};
@@ -714,7 +715,7 @@ fn markdown(f: &Figures) -> String {
         f.appends
             .iter()
             .map(|(n, _, _, peaks)| {
-                let mib: Vec<f64> = peaks.iter().map(|&b| b as f64 / (1 << 20) as f64).collect();
+                let mib: Vec<f64> = peaks.iter().map(|&b| in_mib(b)).collect();
                 let pods = if *n == 1 { "pod" } else { "pods" };
                 format!("{n} {pods} {:.1}", median(&mib))
             })

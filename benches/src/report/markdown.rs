@@ -110,7 +110,12 @@ pub fn ratio(value: Option<f64>) -> String {
 
 /// Bytes as MiB with one decimal.
 pub fn mib(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+    format!("{:.1}", in_mib(bytes))
+}
+
+/// Bytes in MiB.
+pub fn in_mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
 }
 
 /// Whether a measured value meets its target, as a table cell.

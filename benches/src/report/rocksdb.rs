@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use valet_vfs::Stats;
 
+use super::markdown::in_mib;
 use super::runners::{reap, Outcome, PeakWatch, Runner, MOUNT};
 use super::workloads::Scale;
 
@@ -640,7 +641,6 @@ fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
         md,
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
-    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for (policy, result) in fills {
         match result {
             Ok(Fill {
@@ -660,8 +660,8 @@ fn fill_markdown(scale: Scale, fills: &[(&str, FillResult)]) -> String {
                     "| {policy} | {:.3} | {:.3} | {:.1} | {:.0} ({:.1}) | {:.0} % | {:.0} % | {} | {} | {} | {} | {} | {:.0} |",
                     s.waf,
                     s.waf_with_meta,
-                    mib(s.gc_bytes_moved),
-                    mib(s.host_bytes),
+                    in_mib(s.gc_bytes_moved),
+                    in_mib(s.host_bytes),
                     s.host_bytes as f64 / capacity(s),
                     100.0 * *peak_live as f64 / capacity(s),
                     100.0 * s.live_bytes as f64 / capacity(s),
@@ -800,7 +800,6 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
         md,
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
-    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for run in runs.iter().filter(|r| r.round == 0) {
         let (Setup::Valet(policy), Ok(Measured { stats: Some(s), .. })) = (run.setup, &run.result)
         else {
@@ -814,11 +813,11 @@ fn markdown(scale: Scale, runs: &[Run]) -> String {
             md,
             "| {} | {policy} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1} | {} | {} | {} | {} |",
             run.pass.label(),
-            mib(s.host_bytes),
-            mib(s.device_bytes),
+            in_mib(s.host_bytes),
+            in_mib(s.device_bytes),
             s.waf,
             s.waf_with_meta,
-            mib(s.gc_bytes_moved),
+            in_mib(s.gc_bytes_moved),
             s.device_syncs,
             s.inline_syncs,
             per_sync(s.meta_bytes),
@@ -846,7 +845,7 @@ fn memory_markdown(md: &mut String, runs: &[Run]) {
                 .iter()
                 .filter(|r| r.setup == setup && r.pass == pass)
                 .filter_map(|r| r.result.as_ref().ok()?.peak_rss)
-                .map(|bytes| bytes as f64 / (1u64 << 20) as f64)
+                .map(in_mib)
                 .collect();
             if peaks.is_empty() {
                 continue;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::markdown::{mib, num, ratio, verdict, Doc, Table};
+use super::markdown::{in_mib, mib, num, ratio, verdict, Doc, Table};
 use super::parse::{Measurement, Percentiles};
 use super::plots::{self, Bars, Line};
 use super::runners::Config;
@@ -242,7 +242,7 @@ fn memory(r: &Results, doc: &mut Doc) {
     headers.push("(a) − (c)");
     let mut t = Table::new(&headers);
     for row in &r.rows {
-        let peak = Config::ALL.map(|c| row.get(c).and_then(|d| d.peak_rss).map(mib_f64));
+        let peak = Config::ALL.map(|c| row.get(c).and_then(|d| d.peak_rss).map(in_mib));
         if peak.iter().all(Option::is_none) {
             continue;
         }
@@ -265,10 +265,6 @@ fn memory(r: &Results, doc: &mut Doc) {
          figure is the peak over all of them.",
     );
     doc.table(&t);
-}
-
-fn mib_f64(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// The write path's tail targets over [`tails::rounds`] rounds: medians of (a) and (c).
