@@ -455,6 +455,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             cpu: cli.cpus.map(|limit| CpuMetering {
                 limit: Some(limit),
                 account: registry.cpu_account(&cli.tenant),
+                store_work: Some(store.tenant_work(tenant)),
             }),
             memory: Some(registry.memory_account(&cli.tenant)),
             space_limit,

@@ -452,7 +452,8 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         (
             "valet_tenant_cpu_seconds_total",
             "counter",
-            "CPU time a tenant's guests used (metered tenants only: every pod of the node agent, guests with --cpus).",
+            "CPU time a tenant's guests used, the store's threads' work for its files included \
+             (metered tenants only: every pod of the node agent, guests with --cpus).",
             |c| c.1.as_secs_f64(),
         ),
         (
@@ -499,6 +500,14 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
             "counter",
             "Bytes a tenant's guests wrote to conventional-area files.",
             |t| t.conventional_bytes as f64,
+        ),
+        (
+            "valet_tenant_store_cpu_seconds_total",
+            "counter",
+            "CPU time the store's own threads spent on a tenant's files (device writes of its \
+             buffers, hand-offs, GC of its zones); part of valet_tenant_cpu_seconds_total for \
+             a metered tenant.",
+            |t| t.store_cpu_ns as f64 / 1e9,
         ),
     ];
     out.families(per_tenant, &stats.tenants, |t| {
@@ -750,6 +759,7 @@ mod tests {
             tenants: vec![TenantStats {
                 name: "t".into(),
                 host_bytes: 5,
+                store_cpu_ns: 250_000_000,
                 ..Default::default()
             }],
             ..Default::default()
@@ -771,6 +781,7 @@ mod tests {
         ];
         let text = render(&stats, &tenants, true) + &process_metrics();
         assert!(text.contains("valet_store_failed 1\n"), "{text}");
+        assert!(text.contains("valet_tenant_store_cpu_seconds_total{tenant=\"t\"} 0.25\n"));
         let mut announced = std::collections::BTreeSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -17,7 +17,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use valet_policy_sdk as abi;
 use valet_vfs::{
-    Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest,
+    thread_cpu_time, Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement,
+    PlacementRequest,
 };
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, ExternType, Instance, Memory, Module, Store, StoreLimits,
@@ -195,17 +196,6 @@ struct State {
     /// The running call's CPU-time budget and the thread's CPU time when it started.
     cpu_budget: Duration,
     cpu_at_start: Duration,
-}
-
-/// CPU time the calling thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: plain syscall writing into a timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Epoch ticks of `budget`, at least one.

@@ -57,6 +57,13 @@ pub fn summary(stats: &Stats) -> String {
             bound(l.quantile_bound_ns(0.9999)),
         ));
     }
+    for t in stats.tenants.iter().filter(|t| t.store_cpu_ns > 0) {
+        out.push_str(&format!(
+            "valet:   {}: the store's threads used {:.3} s of CPU for its files\n",
+            t.name,
+            t.store_cpu_ns as f64 / 1e9
+        ));
+    }
     for s in &stats.streams {
         out.push_str(&format!(
             "valet:   {}/stream {}: host {}, device {}, GC {}, {} zones, WAF {:.3}\n",

@@ -252,6 +252,7 @@ pub fn run(
             cpu: t.cpus.map(|limit| CpuMetering {
                 limit: Some(limit),
                 account: registry.cpu_account(&t.name),
+                store_work: Some(store.tenant_work(tenant)),
             }),
             memory: Some(registry.memory_account(&t.name)),
             space_limit,

@@ -11,6 +11,7 @@
 //! guest's core was woken there by the guest's first full buffer and took the core from
 //! the guest for the whole write (about 0.2 ms for 512 KiB; see the README's tails).
 
+use std::cell::Cell;
 use std::io;
 use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -18,6 +19,12 @@ use std::time::{Duration, Instant};
 
 /// Nice value of the store's threads (guests run at the process's own, usually 0).
 const BACKGROUND_NICE: i32 = 10;
+
+thread_local! {
+    /// Set on the store's own threads: their work for a tenant is charged to it (see the
+    /// store's `work` module), where a guest's thread has its own CPU clock.
+    static STORE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Starts one of the store's threads: named `name`, off the caller's core, at the
 /// background priority.
@@ -34,6 +41,7 @@ where
                 leave_core(core);
             }
             lower_this_thread();
+            STORE_THREAD.with(|t| t.set(true));
             f()
         })
 }
@@ -59,6 +67,24 @@ pub(crate) fn rest<T>(
             .0;
     }
     false
+}
+
+/// Whether the calling thread is one of the store's own.
+pub(crate) fn is_store_thread() -> bool {
+    STORE_THREAD.with(Cell::get)
+}
+
+/// The CPU time the calling thread has used (system time included).
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; this clock exists on every Linux.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Waits for a store thread that was told to stop, unless the caller is that thread.

@@ -21,6 +21,7 @@ mod stats;
 mod store;
 pub mod workload;
 
+pub use background::thread_cpu_time;
 pub use error::{Error, Result};
 pub use hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest};
 pub use stats::{
@@ -28,5 +29,5 @@ pub use stats::{
 };
 pub use store::{
     DirEntry, FileHandle, FileKind, FsckReport, Ino, Metadata, OpenOptions, Store, StoreConfig,
-    TenantId,
+    TenantId, TenantWork,
 };

@@ -28,6 +28,10 @@ pub struct TenantStats {
     pub gc_bytes_moved: u64,
     pub conventional_bytes: u64,
     pub waf: f64,
+    /// CPU time the store's own threads spent on the tenant's files (see
+    /// [`crate::TenantWork`]).
+    #[serde(default)]
+    pub store_cpu_ns: u64,
 }
 
 /// A tenant's placement policy: how often it decided and how often it failed.

@@ -454,6 +454,7 @@ impl Agent {
             cpu: Some(CpuMetering {
                 limit: cpu_limit,
                 account: self.registry.cpu_account(&config.tenant),
+                store_work: Some(self.store.tenant_work(tenant)),
             }),
             memory: Some(self.registry.memory_account(&config.tenant)),
             ..GuestSpec::default()

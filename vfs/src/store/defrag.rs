@@ -260,9 +260,12 @@ impl Store {
             (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
         };
         let mut rewritten = false;
-        for window in windows {
-            rewritten |= self.rewrite_window(ino, window)?;
-        }
+        self.work_for_file(ino, || -> Result<()> {
+            for window in windows {
+                rewritten |= self.rewrite_window(ino, window)?;
+            }
+            Ok(())
+        })?;
         let mut inner = self.lock()?;
         match rewritten {
             true => inner.counters.defrag_passes += 1,

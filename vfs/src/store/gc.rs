@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::extent_map::Extent;
 use super::state::{Ino, MetaOp};
+use super::work::WorkStart;
 use super::zone_map::{StreamKey, ZoneUse};
 use super::{Inner, Store};
 use crate::device::ZoneId;
@@ -146,7 +147,11 @@ impl Store {
             inner.collecting = Some(victim);
             (victim, key, hint)
         };
+        // The copies are the victim's tenant's (on the reclaimer's thread; an allocation's
+        // own pass is its guest's thread's time already).
+        let start = WorkStart::now();
         let moved = self.empty_victim(victim, key, &hint);
+        self.charge_work(key.tenant, start);
         if let Ok(mut inner) = self.lock() {
             inner.collecting = None;
             // Usually the last moved extent's record put the victim on the reset list; a

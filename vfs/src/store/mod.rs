@@ -11,7 +11,8 @@
 //! invariant checker; [`inline`] small synced tails that travel in journal records until
 //! their window reaches a data zone; [`spin_lock`] how the store's lock is taken;
 //! [`writeback`] the thread that hands unsynced writes to the host every few seconds and
-//! makes them durable every half minute (as configured).
+//! makes them durable every half minute (as configured); [`work`] the CPU time those
+//! threads spend for each tenant.
 //!
 //! # Concurrency: who owns what
 //!
@@ -114,6 +115,7 @@ mod reclaim;
 mod reset_tests;
 mod spin_lock;
 pub(crate) mod state;
+mod work;
 mod writeback;
 mod writer;
 pub(crate) mod zone_map;
@@ -138,6 +140,7 @@ pub use fsck::FsckReport;
 use journal::{CheckpointRoom, Journal};
 pub use state::{FileKind, Ino, TenantId};
 use state::{MetaOp, State};
+pub use work::TenantWork;
 use zone_map::{StreamKey, ZoneUse};
 
 /// Metadata past this share of a metadata zone's capacity (3/8) makes the store refuse
@@ -482,6 +485,8 @@ struct Shared {
     reclaimer: reclaim::Reclaimer,
     /// Makes unsynced writes durable every `StoreConfig::writeback`.
     writeback: writeback::Writeback,
+    /// The CPU time those threads spent for each tenant.
+    work: work::WorkLedger,
     /// Store handles held by users (file handles included).
     users: std::sync::atomic::AtomicUsize,
     /// Mounted read-only (the config's flag, here to be read without the lock).
@@ -603,6 +608,7 @@ impl Store {
             writer: writer::Queue::default(),
             reclaimer: reclaim::Reclaimer::default(),
             writeback: writeback::Writeback::default(),
+            work: work::WorkLedger::default(),
             users: std::sync::atomic::AtomicUsize::new(1),
             read_only,
         });
@@ -1303,6 +1309,12 @@ impl Store {
             return Stats::default();
         };
         let mut stats = inner.stats();
+        drop(inner);
+        let work = self.shared.work.all();
+        for t in &mut stats.tenants {
+            let cpu = work.get(t.tenant as usize).copied().unwrap_or_default();
+            t.store_cpu_ns = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        }
         stats.group_commits = counts.commits;
         stats.syncs_joined = counts.joined;
         stats.commit_batch_waits = counts.batch_waits;

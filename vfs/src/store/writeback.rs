@@ -196,7 +196,7 @@ impl Store {
     /// Writes the unsynced bytes of `inos` to the device as an fsync would, without a commit.
     fn sync_files(&self, inos: Vec<Ino>) -> Result<()> {
         for ino in inos {
-            match self.sync_file(ino) {
+            match self.work_for_file(ino, || self.sync_file(ino)) {
                 // Closed and settled, or removed, since the list was taken.
                 Err(Error::NotFound | Error::BadHandle) => {}
                 other => other?,

@@ -63,7 +63,7 @@ fn run(store: Store, rx: Receiver<Job>) {
         match rx.recv() {
             // A failure stays with the file (see the module docs); the next sync reports it.
             Ok(Job::Write(ino)) => {
-                let _ = store.write_queued(ino);
+                let _ = store.work_for_file(ino, || store.write_queued(ino));
             }
             Ok(Job::Stop) | Err(_) => return,
         }
