@@ -11,8 +11,15 @@
 //!
 //! A tenant's [`MemoryAccount`] holds its running guests weakly: a guest that ended is
 //! dropped from the sum at the next read.
+//!
+//! What a guest grew its memory to is what its limit bounds; what it touched is what the
+//! host's RAM holds for it (a C or Go runtime grows its heap in large steps and uses it
+//! piece by piece). So each guest's memory is also found in the address space, and the
+//! resident part counted with `mincore`, which only asks the kernel about the pages and
+//! never reads them: a memory that moved or was unmapped since it was found is an error
+//! of the call, counted as nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use wasmtime::{ResourceLimiter, SharedMemory};
@@ -22,6 +29,8 @@ use wasmtime::{ResourceLimiter, SharedMemory};
 pub struct GuestMemory {
     /// Bytes its store's limiter let the memories of a plain guest grow to.
     plain: AtomicU64,
+    /// Where a plain guest's exported memory starts in this process (0: not known).
+    plain_base: AtomicUsize,
     /// A threaded guest's shared memory.
     shared: OnceLock<SharedMemory>,
 }
@@ -36,10 +45,68 @@ impl GuestMemory {
         }
     }
 
+    /// The bytes of its linear memory in RAM now (see the module docs).
+    pub fn resident(&self) -> u64 {
+        let (base, len) = match self.shared.get() {
+            Some(memory) => (memory.data().as_ptr() as usize, memory.data_size()),
+            None => (
+                self.plain_base.load(Ordering::Relaxed),
+                self.plain.load(Ordering::Relaxed) as usize,
+            ),
+        };
+        match base {
+            0 => 0,
+            base => resident_bytes(base, len),
+        }
+    }
+
     /// Counts `memory` as the guest's (a threaded guest's, once it is made).
     pub fn share(&self, memory: SharedMemory) {
         let _ = self.shared.set(memory);
     }
+
+    /// Where a plain guest's memory starts, once it is instantiated.
+    pub fn locate(&self, base: *const u8) {
+        self.plain_base.store(base as usize, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of the `len` bytes at `base` that are in RAM (0 where the kernel refuses: not
+/// mapped any more).
+fn resident_bytes(base: usize, len: usize) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => return 0,
+    };
+    if base % page != 0 {
+        return 0;
+    }
+    // Asked a chunk at a time: one byte of answer per page.
+    const CHUNK_PAGES: usize = 16 << 10;
+    let mut answer = vec![0u8; CHUNK_PAGES];
+    let mut resident = 0u64;
+    let pages = len.div_ceil(page);
+    let mut at = 0;
+    while at < pages {
+        let n = (pages - at).min(CHUNK_PAGES);
+        // SAFETY: mincore reads no memory at the address, it only asks about the mapping
+        // there (failing with ENOMEM where there is none); `answer` holds `n` bytes.
+        let rc = unsafe {
+            libc::mincore(
+                (base + at * page) as *mut libc::c_void,
+                n * page,
+                answer.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return 0;
+        }
+        let in_ram = answer[..n].iter().filter(|&&b| b & 1 == 1).count();
+        resident += (in_ram * page) as u64;
+        at += n;
+    }
+    resident
 }
 
 /// A tenant's running guests' memory.
@@ -60,12 +127,21 @@ impl MemoryAccount {
 
     /// The bytes of linear memory of the tenant's guests running now.
     pub fn bytes(&self) -> u64 {
+        self.sum(GuestMemory::bytes)
+    }
+
+    /// The bytes of it in RAM now.
+    pub fn resident(&self) -> u64 {
+        self.sum(GuestMemory::resident)
+    }
+
+    fn sum(&self, of: impl Fn(&GuestMemory) -> u64) -> u64 {
         let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
         guests.retain(|g| g.strong_count() > 0);
         guests
             .iter()
             .filter_map(Weak::upgrade)
-            .map(|g| g.bytes())
+            .map(|g| of(&g))
             .sum()
     }
 }

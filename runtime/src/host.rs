@@ -521,8 +521,11 @@ fn run_plain(
     let instance = linker
         .instantiate(&mut store, module)
         .map_err(instantiate_error)?;
-    if let Some(memory) = instance.get_memory(&mut store, "memory") {
-        store.data_mut().mem = MemRef::Plain(memory);
+    if let Some(exported) = instance.get_memory(&mut store, "memory") {
+        if let Some(gauge) = memory {
+            gauge.locate(exported.data_ptr(&store));
+        }
+        store.data_mut().mem = MemRef::Plain(exported);
     }
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")

@@ -38,8 +38,9 @@ pub struct TenantGauges {
     /// Its guests' CPU time and the time they spent paused for their CPU limits, if its
     /// guests are metered (every pod of the node agent; `--cpus`).
     pub cpu: Option<(Duration, Duration)>,
-    /// The linear memory of its guests running now, if a guest of it ever ran here.
-    pub memory: Option<u64>,
+    /// The linear memory of its guests running now, and the part of it in RAM, if a guest
+    /// of it ever ran here.
+    pub memory: Option<(u64, u64)>,
 }
 
 /// Binds `addr` and serves `GET /metrics` on a thread of its own until the process ends;
@@ -97,7 +98,7 @@ pub fn scrape(registry: &Registry) -> String {
             guests: guests.get(&name).copied().unwrap_or(0),
             quota: quotas.get(&name).map(|q| (q.limit(), q.refusals())),
             cpu: cpu.get(&name).map(|a| (a.used(), a.paused())),
-            memory: memory.get(&name).map(|a| a.bytes()),
+            memory: memory.get(&name).map(|a| (a.bytes(), a.resident())),
             name,
         })
         .collect();
@@ -464,16 +465,24 @@ pub fn render(stats: &Stats, tenants: &[TenantGauges], failed: bool) -> String {
         ),
     ];
     out.families(cpu, &metered, |c| vec![("tenant", c.0.to_string())]);
-    let memory: Vec<(&str, u64)> = tenants
+    let memory: Vec<(&str, (u64, u64))> = tenants
         .iter()
-        .filter_map(|t| t.memory.map(|bytes| (t.name.as_str(), bytes)))
+        .filter_map(|t| t.memory.map(|m| (t.name.as_str(), m)))
         .collect();
-    let per_memory: &[Family<(&str, u64)>] = &[(
-        "valet_tenant_memory_bytes",
-        "gauge",
-        "Linear memory of a tenant's guests running now (what a pod's memory limit bounds).",
-        |m| m.1 as f64,
-    )];
+    let per_memory: &[Family<(&str, (u64, u64))>] = &[
+        (
+            "valet_tenant_memory_bytes",
+            "gauge",
+            "Linear memory of a tenant's guests running now (what a pod's memory limit bounds).",
+            |m| m.1 .0 as f64,
+        ),
+        (
+            "valet_tenant_memory_resident_bytes",
+            "gauge",
+            "The part of valet_tenant_memory_bytes in RAM (pages the guests touched).",
+            |m| m.1 .1 as f64,
+        ),
+    ];
     out.families(per_memory, &memory, |m| vec![("tenant", m.0.to_string())]);
 
     let per_tenant: &[Family<TenantStats>] = &[
@@ -772,7 +781,7 @@ mod tests {
                 guests: 0,
                 quota: Some((1000, 2)),
                 cpu: Some((Duration::from_millis(1500), Duration::from_millis(250))),
-                memory: Some(3 << 20),
+                memory: Some((3 << 20, 1 << 20)),
             },
             TenantGauges {
                 name: "u".into(),
@@ -814,6 +823,7 @@ mod tests {
         );
         assert!(text.contains("valet_tenant_cpu_seconds_total{tenant=\"t\"} 1.5\n"));
         assert!(text.contains("valet_tenant_memory_bytes{tenant=\"t\"} 3145728\n"));
+        assert!(text.contains("valet_tenant_memory_resident_bytes{tenant=\"t\"} 1048576\n"));
         assert!(!text.contains("valet_tenant_memory_bytes{tenant=\"u\"}"));
         assert!(text.contains("process_resident_memory_bytes "));
         assert!(text.contains("valet_tenant_cpu_throttled_seconds_total{tenant=\"t\"} 0.25\n"));

@@ -799,6 +799,12 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     let memory = value(&text, "valet_tenant_memory_bytes{tenant=\"mt\"}");
     assert!(memory >= 17.0 * 65536.0, "{memory} bytes");
     assert!(value(&text, "process_resident_memory_bytes") >= memory);
+    // A Rust guest's stack and data are in RAM; part of what it grew may not be.
+    let resident = value(&text, "valet_tenant_memory_resident_bytes{tenant=\"mt\"}");
+    assert!(
+        resident > 0.0 && resident <= memory,
+        "{resident} of {memory} bytes"
+    );
     let (e, out, err) = p.wait();
     assert_eq!(e, FromAgent::Exited { code: 0 }, "{out}\n{err}");
     assert_eq!(acked(&out), 20, "{out}");
@@ -806,6 +812,10 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     assert_eq!(value(&text, "valet_tenant_guests{tenant=\"mt\"}"), 0.0);
     assert_eq!(
         value(&text, "valet_tenant_memory_bytes{tenant=\"mt\"}"),
+        0.0
+    );
+    assert_eq!(
+        value(&text, "valet_tenant_memory_resident_bytes{tenant=\"mt\"}"),
         0.0
     );
     let syncs = value(&text, "valet_sync_duration_seconds_count{tenant=\"mt\"}");
