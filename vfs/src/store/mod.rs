@@ -91,6 +91,10 @@
 //!   as many busy guests as cores, a core they take from a guest is that guest's tail
 //!   latency.
 //!
+//! - **Work for tenants** ([`work`]): a store thread reads its CPU clock around each round
+//!   of work for one tenant's files and adds the difference to that tenant's counter; the
+//!   counters' list has a lock of its own, taken with no other lock held.
+//!
 //! Lock order: a file's `writing` flag → its `busy` flag → the commit leader role → the
 //! journal → `inner` → the commit state. `inner` is never held while waiting for the
 //! leader role.
