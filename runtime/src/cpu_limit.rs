@@ -105,6 +105,15 @@ impl CpuAccount {
         Duration::from_nanos(self.paused_ns.load(Ordering::Relaxed))
     }
 
+    /// CPU time the guests' threads were charged, with the store's `work` for the tenant
+    /// that no guest was charged yet (done since their last check, or after they ended):
+    /// what the tenant used, as the metrics serve it. Takes nothing from the guests.
+    pub fn used_with(&self, work: &TenantWork) -> Duration {
+        let seen = self.store_seen_ns.load(Ordering::Relaxed);
+        let pending = duration_ns(work.cpu()).saturating_sub(seen);
+        self.used() + Duration::from_nanos(pending)
+    }
+
     /// The part of `work` (the store's count for the tenant) not charged yet, taken: each
     /// nanosecond is charged once, whichever of the tenant's guests looks first.
     fn take_store_work(&self, work: &TenantWork) -> Duration {
@@ -354,6 +363,10 @@ mod tests {
         // Plus the two checks' own few microseconds of this thread's CPU time.
         assert!(charged >= 5 * MS && charged < 6 * MS, "{charged:?}");
         assert_eq!(account.take_store_work(&work), Duration::ZERO);
+        // Work no guest has been charged yet counts for the tenant all the same.
+        work.add(2 * MS);
+        assert_eq!(account.used_with(&work), account.used() + 2 * MS);
+        assert_eq!(account.take_store_work(&work), 2 * MS);
     }
 
     #[test]

@@ -97,7 +97,9 @@ pub fn scrape(registry: &Registry) -> String {
             bytes: store.tenant_bytes(id).unwrap_or(0),
             guests: guests.get(&name).copied().unwrap_or(0),
             quota: quotas.get(&name).map(|q| (q.limit(), q.refusals())),
-            cpu: cpu.get(&name).map(|a| (a.used(), a.paused())),
+            cpu: cpu
+                .get(&name)
+                .map(|a| (a.used_with(&store.tenant_work(id)), a.paused())),
             memory: memory.get(&name).map(|a| (a.bytes(), a.resident())),
             name,
         })
