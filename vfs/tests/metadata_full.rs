@@ -5,6 +5,7 @@
 //! took the whole store down.)
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
 use valet_vfs::{Error, OpenOptions, Stats, Store, StoreConfig};
@@ -180,13 +181,23 @@ fn overwrite_at_random(zones: u32, overwrites: u64, sync_every: u64, max_extents
     }
     file.sync_data().unwrap();
     let stats = store.stats();
+    // The reclaimer may be behind when the writes end (this binary's tests run at once on
+    // a small machine: one run in ten ended its writes at 4,300-4,600 extents, and the
+    // reclaimer had them under 2,000 a second or two later), so it gets until a deadline.
     let check = |store: &Store, file: &valet_vfs::FileHandle| {
         let mut back = vec![0u8; shadow.len()];
         file.read_at(&mut back, 0).unwrap();
         assert!(back == shadow, "the file does not read back as written");
-        let report = store.fsck().unwrap();
-        assert!(report.is_clean(), "{}", report.findings());
-        assert!(report.extents < max_extents, "{} extents", report.extents);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let report = store.fsck().unwrap();
+            assert!(report.is_clean(), "{}", report.findings());
+            if report.extents < max_extents {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} extents", report.extents);
+            std::thread::sleep(Duration::from_millis(50));
+        }
     };
     check(&store, &file);
     file.close().unwrap();
@@ -208,7 +219,8 @@ fn overwrite_at_random(zones: u32, overwrites: u64, sync_every: u64, max_extents
 #[test]
 fn a_randomly_overwritten_file_is_defragmented_instead_of_stopping_the_store() {
     // Well under one extent per block (8,192), and within what a checkpoint of 64 KiB
-    // holds (about 14 bytes an extent: some 4,500). Runs end at 3,400-3,900.
+    // holds (about 14 bytes an extent: some 4,500). Runs end their writes at 3,400-4,100
+    // (up to 4,600 while the reclaimer is behind, which then settles under 2,000).
     let stats = overwrite_at_random(512, 3 * 8192, 1, 4300);
     assert!(stats.defrag_bytes_moved > 0, "{stats:?}");
     assert!(
