@@ -43,6 +43,7 @@ use std::sync::atomic::Ordering;
 use super::extent_map::{Extent, MAX_EXTENT_BLOCKS};
 use super::gc::maps;
 use super::state::{FileKind, Ino, MetaOp};
+use super::work::WorkStart;
 use super::zone_map::StreamKey;
 use super::{Inner, Store};
 use crate::device::ZoneId;
@@ -245,7 +246,8 @@ impl Store {
     /// One pass of the reclaimer: rewrites windows of the most fragmented file. Returns
     /// whether it rewrote any (and should be called again).
     pub(super) fn defrag_pass(&self) -> Result<bool> {
-        let (ino, windows) = {
+        let start = WorkStart::now();
+        let (ino, tenant, windows) = {
             let mut inner = self.lock()?;
             let Inner {
                 defrag_cursor,
@@ -257,15 +259,17 @@ impl Store {
                 inner.defrag_quiet_below = rescan_at(inner.state.extents);
                 return Ok(false);
             };
-            (ino, inner.windows_to_rewrite(ino, PASS_WINDOWS))
+            let tenant = inner.state.inode(ino)?.tenant;
+            (ino, tenant, inner.windows_to_rewrite(ino, PASS_WINDOWS))
         };
         let mut rewritten = false;
-        self.work_for_file(ino, || -> Result<()> {
-            for window in windows {
-                rewritten |= self.rewrite_window(ino, window)?;
-            }
+        let done: Result<()> = windows.into_iter().try_for_each(|window| {
+            rewritten |= self.rewrite_window(ino, window)?;
             Ok(())
-        })?;
+        });
+        // The pass is the file's tenant's work (on the reclaimer's thread).
+        self.charge_work(tenant, start);
+        done?;
         let mut inner = self.lock()?;
         match rewritten {
             true => inner.counters.defrag_passes += 1,
