@@ -439,6 +439,11 @@ trait Backend {
         self.try_mount()
             .unwrap_or_else(|e| panic!("mount failed: {e}"))
     }
+    /// The mounted store's process dies: from now on its threads reach the device no more
+    /// (memory device only).
+    fn kill_process(&self) {
+        unreachable!("only the memory device loses power");
+    }
     /// Loses every unsynced write and restores the power (memory device only).
     fn power_fail(&self) {
         unreachable!("only the memory device loses power");
@@ -652,10 +657,14 @@ impl Backend for Memory {
         self.dev.commands.load(Ordering::SeqCst)
     }
 
-    fn power_fail(&self) {
+    fn kill_process(&self) {
         if let Some(process) = self.process.lock().unwrap().take() {
             *process.dead.write().unwrap() = true;
         }
+    }
+
+    fn power_fail(&self) {
+        self.kill_process();
         self.dev.fuse.store(u64::MAX, Ordering::SeqCst);
         self.dev.blown.store(false, Ordering::SeqCst);
         let n = self.power_fails.fetch_add(1, Ordering::SeqCst);
@@ -1659,15 +1668,15 @@ impl<B: Backend> Harness<B> {
     /// covered, and the store is mounted again (losing power once more after
     /// `mount_fuse` device commands, if set).
     fn crash(&mut self, mount_fuse: Option<u8>) {
+        // The process dies first, so that dropping its handles and store below flushes and
+        // commits nothing (every device command of theirs fails) and stops its threads.
+        self.backend.kill_process();
         for slot in self.slots.iter_mut() {
-            if let Some(s) = slot.take() {
-                std::mem::forget(s.fh);
-            }
+            slot.take();
         }
         if let Some(store) = self.store.take() {
             add_stats(&mut self.totals, &store.stats());
-            // Abandoned, not dropped: nothing may be flushed or committed any more.
-            std::mem::forget(store);
+            drop(store);
         }
         self.backend.power_fail();
         if let Some(n) = mount_fuse {
@@ -1680,7 +1689,10 @@ impl<B: Backend> Harness<B> {
                 }
                 Err(e) if !self.backend.blown() => panic!("mount after power failure: {e}"),
                 // The power failed again during the mount.
-                Ok(store) => std::mem::forget(store),
+                Ok(store) => {
+                    self.backend.kill_process();
+                    drop(store);
+                }
                 Err(_) => {}
             }
             if self.store.is_none() {
