@@ -475,3 +475,76 @@ fn metadata_damaged_behind_valid_checksums_is_refused_or_mounts_consistent() {
         "{refused} refused, {mounted} mounted"
     );
 }
+
+/// A transaction of the active metadata zone damaged after valid ones were written behind
+/// it is refused, not taken for the journal's end, on the image device too, where the zone
+/// table keeps write pointers lazily: the records synced since the last mount lie past the
+/// pointer the table holds. Taking the damage for the end would silently drop the files
+/// those records made, and the space of their data would be reused.
+#[test]
+fn a_damaged_transaction_with_valid_ones_after_it_is_refused_past_a_lazy_write_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    // A mount checkpoints into the other metadata zone; then each synced record of c.log is
+    // a transaction after that checkpoint, and no zone is reset or finished meanwhile, so
+    // the table on the image keeps that zone's write pointer where the checkpoint ended.
+    let crashed = dir.path().join("crashed.img");
+    let active = {
+        let store = mount_image(&path).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let f = store
+            .open_file(root, "c.log", OpenOptions::create())
+            .unwrap();
+        for i in 0..6u64 {
+            f.write_at(&pattern(400, i as u8), i * 400).unwrap();
+            f.sync_data().unwrap();
+        }
+        // The image as a power cut now would leave it: every record synced.
+        std::fs::copy(&path, &crashed).unwrap();
+        let dev = ImageDevice::open(&crashed, ImageOptions::default()).unwrap();
+        let active = (0..2)
+            .find(|z| dev.zone_info(*z).unwrap().state.is_active())
+            .expect("one metadata zone is active");
+        assert!(
+            dev.zone_info(active).unwrap().write_pointer < 3 * 4096,
+            "the table holds the write pointer the checkpoint left"
+        );
+        active
+    };
+    let file = std::fs::File::open(&crashed).unwrap();
+    let records: Vec<u64> = (0..ZONE / 4096)
+        .map(|b| b * 4096)
+        .filter(|&at| {
+            let mut magic = [0u8; 4];
+            file.read_exact_at(&mut magic, zone_byte(&crashed, active, at))
+                .unwrap();
+            &magic == b"VJRN"
+        })
+        .collect();
+    assert!(
+        records.len() >= 7,
+        "checkpoint and transactions: {records:?}"
+    );
+    // Damage the payload of the third record: at least four valid ones follow it.
+    let at = zone_byte(&crashed, active, records[2] + 34);
+    let old = flip_byte(&crashed, at);
+    match mount_image(&crashed) {
+        Err(Error::Corrupt(msg)) => {
+            assert!(msg.contains("damaged and valid records follow it"), "{msg}")
+        }
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("a damaged transaction with valid ones after it must not mount"),
+    }
+    // Nothing was changed: with the byte back, every file is there, c.log whole.
+    restore_byte(&crashed, at, old);
+    let store = mount_image(&crashed).unwrap();
+    assert_intact(&store);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, "c.log", OpenOptions::read()).unwrap();
+    let mut buf = vec![0u8; 2400];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 2400);
+    for i in 0..6 {
+        assert_eq!(buf[i * 400..(i + 1) * 400], pattern(400, i as u8)[..]);
+    }
+}
