@@ -548,3 +548,47 @@ fn a_damaged_transaction_with_valid_ones_after_it_is_refused_past_a_lazy_write_p
         assert_eq!(buf[i * 400..(i + 1) * 400], pattern(400, i as u8)[..]);
     }
 }
+
+/// A clean stop writes the image's zone table as it is, even while another handle keeps the
+/// store (and so the device) alive to the end of the process, as `valet-run`'s signal
+/// handler does: tools that read the table see the journal's real end, and a mount's damage
+/// checks reach it.
+#[test]
+fn a_clean_stop_writes_exact_write_pointers_while_the_store_is_still_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("zones.img");
+    populated_image(&path);
+    let store = mount_image(&path).unwrap();
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store
+        .open_file(root, "c.log", OpenOptions::create())
+        .unwrap();
+    for i in 0..6u64 {
+        f.write_at(&pattern(400, i as u8), i * 400).unwrap();
+        f.sync_data().unwrap();
+    }
+    f.close().unwrap();
+    let held = store.clone();
+    store.unmount().unwrap();
+    let stopped = dir.path().join("stopped.img");
+    std::fs::copy(&path, &stopped).unwrap();
+    drop(held);
+    let dev = ImageDevice::open(&stopped, ImageOptions::default()).unwrap();
+    let active = (0..2)
+        .find(|z| dev.zone_info(*z).unwrap().state.is_active())
+        .expect("one metadata zone is active");
+    // The journal's end: the block after its last record.
+    let file = std::fs::File::open(&stopped).unwrap();
+    let last = (0..ZONE / 4096)
+        .map(|b| b * 4096)
+        .rfind(|&at| {
+            let mut magic = [0u8; 4];
+            file.read_exact_at(&mut magic, zone_byte(&stopped, active, at))
+                .unwrap();
+            &magic == b"VJRN"
+        })
+        .unwrap();
+    assert_eq!(dev.zone_info(active).unwrap().write_pointer, last + 4096);
+    drop(dev);
+    assert_intact(&mount_image(&stopped).unwrap());
+}

@@ -552,13 +552,25 @@ impl ZonedDevice for FdpDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        self.sync_with_table(false)
+    }
+
+    fn sync_at_close(&self) -> Result<(), DeviceError> {
+        self.sync_with_table(true)
+    }
+}
+
+impl FdpDevice {
+    /// Writes the zone table if it must (with `exact`, whenever a write pointer moved too),
+    /// then flushes the namespace.
+    fn sync_with_table(&self, exact: bool) -> Result<(), DeviceError> {
         if self.read_only {
             // Nothing was written through this device: nothing to make durable.
             return Ok(());
         }
         {
             let mut st = self.lock();
-            self.write_table_locked(&mut st, false)?;
+            self.write_table_locked(&mut st, exact)?;
         }
         // An fdatasync of the block device is an NVMe Flush of the namespace: it covers the
         // passthrough writes too.

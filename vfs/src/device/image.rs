@@ -891,18 +891,34 @@ impl ZonedDevice for ImageDevice {
             // Nothing was written through this device: nothing to make durable.
             return Ok(());
         }
+        self.sync_with_table(true)?;
+        let capacity = self.core.layout.geometry.zone_capacity;
+        if self.lock().keep_zones_to_fill(capacity) {
+            self.filler.wake();
+        }
+        Ok(())
+    }
+
+    fn sync_at_close(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.sync_with_table(false)
+    }
+}
+
+impl ImageDevice {
+    /// One fdatasync, after writing the zone table if it changed (with `lazy`, only if a zone
+    /// was reset, finished or faulted since the last table write).
+    fn sync_with_table(&self, lazy: bool) -> Result<(), DeviceError> {
         let _serial = self.sync_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.write_table(true)?;
+        self.write_table(lazy)?;
         if let Err(e) = self.core.engine.sync_data() {
             // The kernel may have dropped the dirty table pages: write it again next time.
             self.lock().persisted.clear();
             return Err(e.into());
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        let capacity = self.core.layout.geometry.zone_capacity;
-        if self.lock().keep_zones_to_fill(capacity) {
-            self.filler.wake();
-        }
         Ok(())
     }
 }

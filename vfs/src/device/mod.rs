@@ -268,6 +268,14 @@ pub trait ZonedDevice: Send + Sync {
     /// Makes every completed write, reset and finish durable (a device cache flush).
     fn sync(&self) -> Result<(), DeviceError>;
 
+    /// The sync of a clean stop: as [`ZonedDevice::sync`], and a device that keeps its write
+    /// pointers lazily ([`ZonedDevice::lazy_write_pointers`]) also writes them as they are,
+    /// so that tools reading them without the store's recovery see the truth, and the next
+    /// mount's damage checks reach the journal's end. A drive keeps them itself.
+    fn sync_at_close(&self) -> Result<(), DeviceError> {
+        self.sync()
+    }
+
     /// Whether a sync may leave write pointers behind the data it made durable. A drive keeps
     /// its write pointers itself; the image device writes its zone table only when a zone is
     /// reset, finished or faulted, so that a small synced write costs one page, and after a

@@ -397,7 +397,8 @@ impl Journal {
     /// commit writes its record only after the previous commit's flush). Without the seal, a
     /// block of the last commit damaged after a clean stop would make the next mount drop
     /// that whole commit, files and all, and `fs fsck --deep` would have nothing to report.
-    /// Not synced: if the seal is lost, recovery checks that transaction as before.
+    /// Not synced here: the store's unmount syncs it; if it is lost all the same (a crash in
+    /// between), recovery checks that transaction as before.
     pub fn seal(&mut self) -> Result<()> {
         if !self.unsealed || self.failed {
             return Ok(());

@@ -1365,7 +1365,12 @@ impl Store {
         }
         // Under the journal's lock no commit is between its record and its flush, and a
         // failed commit marked the journal before letting it go.
-        self.shared.commit.journal().seal()
+        let mut journal = self.shared.commit.journal();
+        journal.seal()?;
+        // The seal durable too, and a device that keeps its write pointers lazily writes
+        // them as they are: the process may end without dropping it (a signal handler or
+        // another tenant's thread can hold the store to the end).
+        Ok(self.shared.device.sync_at_close()?)
     }
 
     /// Closes handle `id` of `ino`: its data and metadata are durable on return. The handle
