@@ -80,6 +80,29 @@ fn restore_byte(path: &Path, at: u64, value: u8) {
     file.write_all_at(&[value], at).unwrap();
 }
 
+/// The metadata zone that is active (holds the newest checkpoint), or with `active` false
+/// the retired one.
+fn metadata_zone(path: &Path, active: bool) -> u32 {
+    let dev = ImageDevice::open(path, ImageOptions::default()).unwrap();
+    (0..2)
+        .find(|z| dev.zone_info(*z).unwrap().state.is_active() == active)
+        .expect("one metadata zone is active, the other retired")
+}
+
+/// Offsets in `zone` of the blocks where a journal record starts ("VJRN").
+fn record_starts(path: &Path, zone: u32) -> Vec<u64> {
+    let file = std::fs::File::open(path).unwrap();
+    (0..ZONE / 4096)
+        .map(|b| b * 4096)
+        .filter(|&at| {
+            let mut magic = [0u8; 4];
+            file.read_exact_at(&mut magic, zone_byte(path, zone, at))
+                .unwrap();
+            &magic == b"VJRN"
+        })
+        .collect()
+}
+
 /// Byte offset in the image of `offset` within `zone` (zones are laid out at a fixed stride
 /// after the header and zone tables, which is what the image's own tests check).
 fn zone_byte(path: &Path, zone: u32, offset: u64) -> u64 {
@@ -135,12 +158,7 @@ fn damaged_newest_checkpoint_is_refused_rather_than_rolled_back() {
     populated_image(&path);
     // Each mount writes a fresh checkpoint into the other metadata zone; find the active
     // one (the zone that is not finished) and damage its checkpoint's payload.
-    let active = {
-        let dev = ImageDevice::open(&path, ImageOptions::default()).unwrap();
-        (0..2)
-            .find(|z| dev.zone_info(*z).unwrap().state.is_active())
-            .expect("one metadata zone is active")
-    };
+    let active = metadata_zone(&path, true);
     // Just past the 32-byte record header: inside even a small checkpoint's payload.
     let at = zone_byte(&path, active, 34);
     let old = flip_byte(&path, at);
@@ -164,23 +182,8 @@ fn damage_in_the_retired_metadata_zone_is_superseded() {
     populated_image(&path);
     // A mount writes its checkpoint into the other metadata zone and retires this one.
     drop(mount_image(&path).unwrap());
-    let retired = {
-        let dev = ImageDevice::open(&path, ImageOptions::default()).unwrap();
-        (0..2)
-            .find(|z| !dev.zone_info(*z).unwrap().state.is_active())
-            .expect("one metadata zone is retired")
-    };
-    // The blocks of the retired zone where a journal record starts ("VJRN").
-    let file = std::fs::File::open(&path).unwrap();
-    let records: Vec<u64> = (0..ZONE / 4096)
-        .map(|b| b * 4096)
-        .filter(|&at| {
-            let mut magic = [0u8; 4];
-            file.read_exact_at(&mut magic, zone_byte(&path, retired, at))
-                .unwrap();
-            &magic == b"VJRN"
-        })
-        .collect();
+    let retired = metadata_zone(&path, false);
+    let records = record_starts(&path, retired);
     assert!(
         records.len() >= 3,
         "checkpoint and transactions: {records:?}"
@@ -492,36 +495,18 @@ fn a_damaged_transaction_with_valid_ones_after_it_is_refused_past_a_lazy_write_p
     let crashed = dir.path().join("crashed.img");
     let active = {
         let store = mount_image(&path).unwrap();
-        let (_, root) = store.tenant("app").unwrap();
-        let f = store
-            .open_file(root, "c.log", OpenOptions::create())
-            .unwrap();
-        for i in 0..6u64 {
-            f.write_at(&pattern(400, i as u8), i * 400).unwrap();
-            f.sync_data().unwrap();
-        }
+        let _log = append_synced_records(&store);
         // The image as a power cut now would leave it: every record synced.
         std::fs::copy(&path, &crashed).unwrap();
-        let dev = ImageDevice::open(&crashed, ImageOptions::default()).unwrap();
-        let active = (0..2)
-            .find(|z| dev.zone_info(*z).unwrap().state.is_active())
-            .expect("one metadata zone is active");
-        assert!(
-            dev.zone_info(active).unwrap().write_pointer < 3 * 4096,
-            "the table holds the write pointer the checkpoint left"
-        );
-        active
+        metadata_zone(&crashed, true)
     };
-    let file = std::fs::File::open(&crashed).unwrap();
-    let records: Vec<u64> = (0..ZONE / 4096)
-        .map(|b| b * 4096)
-        .filter(|&at| {
-            let mut magic = [0u8; 4];
-            file.read_exact_at(&mut magic, zone_byte(&crashed, active, at))
-                .unwrap();
-            &magic == b"VJRN"
-        })
-        .collect();
+    let dev = ImageDevice::open(&crashed, ImageOptions::default()).unwrap();
+    assert!(
+        dev.zone_info(active).unwrap().write_pointer < 3 * 4096,
+        "the table holds the write pointer the checkpoint left"
+    );
+    drop(dev);
+    let records = record_starts(&crashed, active);
     assert!(
         records.len() >= 7,
         "checkpoint and transactions: {records:?}"
@@ -542,11 +527,29 @@ fn a_damaged_transaction_with_valid_ones_after_it_is_refused_past_a_lazy_write_p
     assert_intact(&store);
     let (_, root) = store.tenant("app").unwrap();
     let f = store.open_file(root, "c.log", OpenOptions::read()).unwrap();
-    let mut buf = vec![0u8; 2400];
-    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 2400);
-    for i in 0..6 {
-        assert_eq!(buf[i * 400..(i + 1) * 400], pattern(400, i as u8)[..]);
+    let mut buf = vec![0u8; RECORDS * 400];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len());
+    for (i, record) in buf.chunks(400).enumerate() {
+        assert_eq!(record, pattern(400, i as u8), "record {i} of c.log");
     }
+}
+
+/// Records [`append_synced_records`] writes.
+const RECORDS: usize = 6;
+
+/// Appends [`RECORDS`] records of 400 bytes to a new file `c.log` of tenant `app`, syncing
+/// each: one journal transaction each. Returns the file, open.
+fn append_synced_records(store: &Store) -> valet_vfs::FileHandle {
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store
+        .open_file(root, "c.log", OpenOptions::create())
+        .unwrap();
+    for i in 0..RECORDS {
+        f.write_at(&pattern(400, i as u8), (i * 400) as u64)
+            .unwrap();
+        f.sync_data().unwrap();
+    }
+    f
 }
 
 /// A clean stop writes the image's zone table as it is, even while another handle keeps the
@@ -559,35 +562,16 @@ fn a_clean_stop_writes_exact_write_pointers_while_the_store_is_still_held() {
     let path = dir.path().join("zones.img");
     populated_image(&path);
     let store = mount_image(&path).unwrap();
-    let (_, root) = store.tenant("app").unwrap();
-    let f = store
-        .open_file(root, "c.log", OpenOptions::create())
-        .unwrap();
-    for i in 0..6u64 {
-        f.write_at(&pattern(400, i as u8), i * 400).unwrap();
-        f.sync_data().unwrap();
-    }
-    f.close().unwrap();
+    append_synced_records(&store).close().unwrap();
     let held = store.clone();
     store.unmount().unwrap();
     let stopped = dir.path().join("stopped.img");
     std::fs::copy(&path, &stopped).unwrap();
     drop(held);
+    let active = metadata_zone(&stopped, true);
+    // The journal's end: the block after its last record (the seal, one block).
+    let last = *record_starts(&stopped, active).last().unwrap();
     let dev = ImageDevice::open(&stopped, ImageOptions::default()).unwrap();
-    let active = (0..2)
-        .find(|z| dev.zone_info(*z).unwrap().state.is_active())
-        .expect("one metadata zone is active");
-    // The journal's end: the block after its last record.
-    let file = std::fs::File::open(&stopped).unwrap();
-    let last = (0..ZONE / 4096)
-        .map(|b| b * 4096)
-        .rfind(|&at| {
-            let mut magic = [0u8; 4];
-            file.read_exact_at(&mut magic, zone_byte(&stopped, active, at))
-                .unwrap();
-            &magic == b"VJRN"
-        })
-        .unwrap();
     assert_eq!(dev.zone_info(active).unwrap().write_pointer, last + 4096);
     drop(dev);
     assert_intact(&mount_image(&stopped).unwrap());
