@@ -271,7 +271,8 @@ pub trait ZonedDevice: Send + Sync {
     /// The sync of a clean stop: as [`ZonedDevice::sync`], and a device that keeps its write
     /// pointers lazily ([`ZonedDevice::lazy_write_pointers`]) also writes them as they are,
     /// so that tools reading them without the store's recovery see the truth, and the next
-    /// mount's damage checks reach the journal's end. A drive keeps them itself.
+    /// mount's damage checks reach the journal's end. A drive keeps them itself. The image
+    /// also gives back the host space it kept allocated for reset zones' next writers.
     fn sync_at_close(&self) -> Result<(), DeviceError> {
         self.sync()
     }
