@@ -105,6 +105,12 @@ impl DeviceSpec {
             };
             return Ok(Arc::new(dev));
         }
+        if self.dir.exists() && !self.dir.is_dir() {
+            bail!(
+                "--device {}: not a directory (the device is a directory holding zones.img)",
+                self.dir.display()
+            );
+        }
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create {}", self.dir.display()))?;
         let options = ImageOptions {

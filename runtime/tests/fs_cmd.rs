@@ -421,6 +421,12 @@ fn mistakes_are_one_line_errors() {
     );
     assert_error(&fs(&dev, &["frobnicate"]), "unrecognized subcommand");
     assert_error(&fs(&dev, &["cat"]), "required");
+    // A file where the device's directory should be.
+    let not_dir = tmp.path().join("f");
+    assert_error(
+        &fs(&not_dir, &["import", not_dir.to_str().unwrap(), "/x"]),
+        "not a directory",
+    );
 }
 
 #[test]
