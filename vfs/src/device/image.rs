@@ -44,7 +44,10 @@
 //! file system's journal (two or three flushes instead of one), so a reset keeps the
 //! zone's blocks allocated (warm): a zone written again soon needs no fill at all. The
 //! filler gives a zone's space back (a hole punch) once it has stayed empty for ten
-//! seconds, and no more than [`WARM_ZONES`] reset zones keep their space at once.
+//! seconds, and no more than [`WARM_ZONES`] reset zones keep their space at once. A process
+//! that ends without dropping the device (so without giving that space back) leaves its
+//! warm zones allocated: the next writable mount takes them as warm again once the store
+//! has recovered ([`ZonedDevice::recovered`]), so repeated short runs reuse them.
 //!
 //! Writes take the zone-table lock only to check and advance the write pointer: the data
 //! goes to the file with no lock held, so writes to different zones and reads proceed in
@@ -903,9 +906,47 @@ impl ZonedDevice for ImageDevice {
         if self.read_only {
             return Ok(());
         }
-        self.sync_with_table(false)?;
-        self.give_back_warm_zones();
-        Ok(())
+        self.sync_with_table(false)
+    }
+
+    fn recovered(&self) {
+        if self.read_only {
+            return;
+        }
+        let candidates: Vec<ZoneId> = {
+            let st = self.lock();
+            st.table
+                .report()
+                .iter()
+                .filter(|z| z.state == ZoneState::Empty && !st.warm.iter().any(|w| w.0 == z.id))
+                .map(|z| z.id)
+                .collect()
+        };
+        let capacity = self.core.layout.geometry.zone_capacity;
+        let found: Vec<(ZoneId, u64)> = candidates
+            .into_iter()
+            .filter_map(|zone| Some((zone, self.allocated_prefix(zone)?)))
+            .map(|(zone, prefix)| (zone, prefix.min(capacity)))
+            .collect();
+        let now = Instant::now();
+        let cold: Vec<(ZoneId, Instant)> = {
+            let mut st = self.lock();
+            for &(zone, prefix) in &found {
+                let prepared = &mut st.prepared[zone as usize];
+                *prepared = (*prepared).max(prefix);
+            }
+            // Reset before anything of this process: the oldest. Past the bound the oldest
+            // go now, so that short runs one after another never keep more than the bound.
+            let mut warm: Vec<(ZoneId, Instant)> = found.iter().map(|&(z, _)| (z, now)).collect();
+            warm.append(&mut st.warm);
+            let excess = warm.len().saturating_sub(WARM_ZONES);
+            st.warm = warm.split_off(excess);
+            warm
+        };
+        for (zone, _) in cold {
+            // Only space: a failure leaves the blocks allocated.
+            let _ = punch_if_empty(&self.core, zone);
+        }
     }
 }
 
@@ -924,15 +965,23 @@ impl ImageDevice {
         Ok(())
     }
 
-    /// Punches the space of the warm zones (reset, blocks kept for their next writer) that
-    /// are still empty: the next open does not know them, and would keep that space of the
-    /// host's disk for nothing. A zone written again afterwards simply allocates anew.
-    fn give_back_warm_zones(&self) {
-        let warm = std::mem::take(&mut self.lock().warm);
-        for (zone, _) in warm {
-            // Only space: a failure leaves the blocks allocated.
-            let _ = punch_if_empty(&self.core, zone);
+    /// Whether `zone` has blocks allocated in the image file, and if so how many bytes from
+    /// its start are (0 when its first block is a hole). `None` also where the host file
+    /// system cannot tell (no `SEEK_DATA`): nothing is adopted there.
+    fn allocated_prefix(&self, zone: ZoneId) -> Option<u64> {
+        let fd = self.core.engine.file().as_raw_fd();
+        let start = self.core.layout.zone_start(zone);
+        let end = start + self.core.layout.zone_stride;
+        let seek = |whence| {
+            // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
+            let at = unsafe { libc::lseek(fd, start as libc::off_t, whence) };
+            u64::try_from(at).ok()
+        };
+        let data = seek(libc::SEEK_DATA).filter(|&at| at < end)?;
+        if data > start {
+            return Some(0);
         }
+        Some(seek(libc::SEEK_HOLE)?.min(end) - start)
     }
 }
 
@@ -953,8 +1002,10 @@ impl Drop for ImageDevice {
         if self.write_table(false).is_ok() && self.lock().seq != before {
             let _ = self.core.engine.sync_data();
         }
-        drop(_serial);
-        self.give_back_warm_zones();
+        let warm = std::mem::take(&mut self.lock().warm);
+        for (zone, _) in warm {
+            let _ = punch_if_empty(&self.core, zone);
+        }
     }
 }
 
@@ -1688,16 +1739,80 @@ mod tests {
             ((4 << 20) - tree..=5 << 20).contains(&given_back),
             "{given_back} bytes given back"
         );
-        // A clean close gives the rest back: the store's close sync, while the device lives
-        // on (a process may end without dropping it).
+        // Dropping the device gives the rest back.
         let before_close = allocated();
-        d.sync_at_close().unwrap();
+        drop(d);
         let given_back = before_close - allocated();
         assert!(
             given_back >= ((g.zone_count as u64 - 4) << 20) - tree,
             "{given_back} bytes given back at close"
         );
-        assert!(d.core.lock().warm.is_empty());
+    }
+
+    /// A process may end without dropping its device (`valet-run` does, its store still
+    /// held): the zones it kept warm stay allocated, and the next mount takes them as warm
+    /// zones of its own once the store has recovered, giving back the oldest past the bound
+    /// at once, and never taking a zone with a write pointer.
+    #[test]
+    fn warm_zones_an_earlier_process_left_are_taken_again_after_recovery() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i");
+        let g = Geometry {
+            zone_count: WARM_ZONES as u32 + 4,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            ..geo()
+        };
+        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let d = ImageDevice::create(&path, g, opts(IoMode::Sync)).unwrap();
+        let full = vec![3u8; 1 << 20];
+        for zone in 0..g.zone_count {
+            d.write(zone, 0, &full).unwrap();
+        }
+        // The last zone keeps its data; every other one is reset and stays warm (the first
+        // three went cold past the bound, punched at once).
+        for zone in 0..g.zone_count - 1 {
+            d.reset(zone).unwrap();
+        }
+        d.sync_at_close().unwrap();
+        let left = allocated();
+        d.abandon();
+        assert_eq!(allocated(), left, "nothing given back without a drop");
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        assert!(d.core.lock().warm.is_empty(), "an open knows no warm zone");
+        d.recovered();
+        let st = d.core.lock();
+        let warm: Vec<ZoneId> = st.warm.iter().map(|&(z, _)| z).collect();
+        assert_eq!(warm, (3..g.zone_count - 1).collect::<Vec<_>>());
+        for &zone in &warm {
+            assert_eq!(
+                st.prepared[zone as usize],
+                1 << 20,
+                "zone {zone} allocated whole"
+            );
+        }
+        drop(st);
+        // At the bound: none cold before its time.
+        assert!(d.core.lock().take_cold(Instant::now()).is_empty());
+        d.abandon();
+        // Again, after a reset of this process's own: one past the bound, and the oldest
+        // of those adopted gives its space back at once.
+        let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
+        d.write(0, 0, &full).unwrap();
+        d.reset(0).unwrap();
+        let before = allocated();
+        d.recovered();
+        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
+        let mut expected: Vec<ZoneId> = (4..g.zone_count - 1).collect();
+        expected.push(0);
+        assert_eq!(warm, expected);
+        let given_back = before - allocated();
+        assert!(
+            ((1 << 20) - 4 * 4096..=1 << 20).contains(&given_back),
+            "{given_back} bytes given back"
+        );
+        d.abandon();
     }
 
     #[test]

@@ -271,11 +271,17 @@ pub trait ZonedDevice: Send + Sync {
     /// The sync of a clean stop: as [`ZonedDevice::sync`], and a device that keeps its write
     /// pointers lazily ([`ZonedDevice::lazy_write_pointers`]) also writes them as they are,
     /// so that tools reading them without the store's recovery see the truth, and the next
-    /// mount's damage checks reach the journal's end. A drive keeps them itself. The image
-    /// also gives back the host space it kept allocated for reset zones' next writers.
+    /// mount's damage checks reach the journal's end. A drive keeps them itself.
     fn sync_at_close(&self) -> Result<(), DeviceError> {
         self.sync()
     }
+
+    /// A writable mount recovered: every zone's write pointer is now what the store knows,
+    /// and an empty zone holds nothing. The image takes the empty zones whose blocks are
+    /// still allocated (reset zones an earlier process kept for their next writer) as its
+    /// own warm zones again: reused, or given back once they stay empty a while. Before
+    /// recovery a lazily kept pointer may call a zone empty that holds synced data.
+    fn recovered(&self) {}
 
     /// Whether a sync may leave write pointers behind the data it made durable. A drive keeps
     /// its write pointers itself; the image device writes its zone table only when a zone is

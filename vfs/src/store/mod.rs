@@ -601,6 +601,9 @@ impl Store {
         let read_only = config.read_only;
         let (writeback, handoff) = (config.writeback, config.handoff);
         let (inner, journal) = mount::mount(device.clone(), config, placements.clone())?;
+        if !read_only {
+            device.recovered();
+        }
         let pins = inner.pins.clone();
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
