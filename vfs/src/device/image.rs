@@ -987,8 +987,8 @@ impl ImageDevice {
 
 impl Drop for ImageDevice {
     /// A clean close leaves exact write pointers, so tools that read the table without the
-    /// store's recovery see the truth, and gives the space of warm zones back (the next
-    /// open does not know them). Best effort: recovery depends on neither.
+    /// store's recovery see the truth, and gives the space of warm zones back (nothing is
+    /// left for the next mount to take again). Best effort: recovery depends on neither.
     fn drop(&mut self) {
         #[cfg(test)]
         if *self.abandoned.lock().unwrap() {
