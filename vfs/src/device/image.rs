@@ -925,8 +925,7 @@ impl ZonedDevice for ImageDevice {
         let capacity = self.core.layout.geometry.zone_capacity;
         let found: Vec<(ZoneId, u64)> = candidates
             .into_iter()
-            .filter_map(|zone| Some((zone, self.allocated_prefix(zone)?)))
-            .map(|(zone, prefix)| (zone, prefix.min(capacity)))
+            .filter_map(|zone| Some((zone, self.allocated_prefix(zone)?.min(capacity))))
             .collect();
         let now = Instant::now();
         let cold: Vec<(ZoneId, Instant)> = {
@@ -1277,6 +1276,11 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     const BS: usize = 4096;
+
+    /// The device's warm zones, oldest first.
+    fn warm_zones(d: &ImageDevice) -> Vec<ZoneId> {
+        d.core.lock().warm.iter().map(|&(z, _)| z).collect()
+    }
 
     fn geo() -> Geometry {
         Geometry {
@@ -1728,7 +1732,7 @@ mod tests {
             d.reset(zone).unwrap();
         }
         // The first four resets went cold when the bound was passed; the rest stay warm.
-        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
+        let warm = warm_zones(&d);
         assert_eq!(warm, (4..g.zone_count).collect::<Vec<_>>());
         // ext4 counts its extent tree in the file's blocks: holes split the file's extents,
         // and a new tree block (4 KiB) can take back part of what a hole gave. How many
@@ -1782,9 +1786,9 @@ mod tests {
         let d = ImageDevice::open(&path, opts(IoMode::Sync)).unwrap();
         assert!(d.core.lock().warm.is_empty(), "an open knows no warm zone");
         d.recovered();
-        let st = d.core.lock();
-        let warm: Vec<ZoneId> = st.warm.iter().map(|&(z, _)| z).collect();
+        let warm = warm_zones(&d);
         assert_eq!(warm, (3..g.zone_count - 1).collect::<Vec<_>>());
+        let st = d.core.lock();
         for &zone in &warm {
             assert_eq!(
                 st.prepared[zone as usize],
@@ -1803,7 +1807,7 @@ mod tests {
         d.reset(0).unwrap();
         let before = allocated();
         d.recovered();
-        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
+        let warm = warm_zones(&d);
         let mut expected: Vec<ZoneId> = (4..g.zone_count - 1).collect();
         expected.push(0);
         assert_eq!(warm, expected);
@@ -1847,7 +1851,7 @@ mod tests {
             d.write(zone, 0, &block(1)).unwrap();
             d.reset(zone).unwrap();
         }
-        let warm: Vec<ZoneId> = d.core.lock().warm.iter().map(|&(z, _)| z).collect();
+        let warm = warm_zones(&d);
         // They go cold once they have stayed empty long enough.
         let mut st = d.core.lock();
         let (first, last) = (st.warm[0].1, st.warm[warm.len() - 1].1);
