@@ -1,6 +1,16 @@
 //! The conventional area: files updated in place (LOCK, CURRENT, small config) live in a host
 //! directory, one host file per inode, named by inode number. Names, links and sizes stay in
 //! the store's namespace; only the bytes live on the host.
+//!
+//! The journal never records a size the host file does not hold durably: a write grows the
+//! size in memory only, and a sync records it once the host file is synced (with the file's
+//! writes held off meanwhile, so the size recorded is the one synced); checkpoints and
+//! truncations record at most the size last synced ([`State::host_synced`]). So after any
+//! crash a host file is at least as long as its recorded size (mount cuts off what is past
+//! it), and one that is shorter or missing was damaged on the host: its reads fail (EIO)
+//! rather than return zeros, and fsck names it.
+//!
+//! [`State::host_synced`]: super::state::State::host_synced
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -10,8 +20,9 @@ use std::sync::{Arc, MutexGuard};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
 
-use super::state::Ino;
+use super::state::{FileKind, Ino};
 use super::{Inner, Store};
+use crate::hint::Class;
 use crate::{Error, Result};
 
 /// The host directory of conventional files.
@@ -52,12 +63,17 @@ impl ConventionalArea {
         }
     }
 
-    fn open_file(&mut self, ino: Ino) -> Result<File> {
+    /// The host file of `ino`, a file of `size` bytes; created if it has none yet.
+    fn open_file(&mut self, ino: Ino, size: u64) -> Result<File> {
         let name = ino.to_string();
         let mut opts = OpenOptions::new();
         opts.read(true).write(!self.read_only);
         match self.dir.open_with(&name, &opts) {
             Ok(f) => Ok(f.into_std()),
+            // Made again, it would read as zeros.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && size > 0 => {
+                Err(Error::Corrupt(missing(ino)))
+            }
             Err(e) if self.read_only => Err(e.into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 opts.create(true);
@@ -118,6 +134,21 @@ impl ConventionalArea {
         Ok(())
     }
 
+    /// What is wrong with the host files of these conventional files of the given sizes:
+    /// one missing or shorter than its file (see the module docs).
+    pub fn damage(&self, files: impl Iterator<Item = (Ino, u64)>) -> Vec<String> {
+        let mut found = Vec::new();
+        for (ino, size) in files.filter(|&(_, size)| size > 0) {
+            match self.dir.metadata(ino.to_string()) {
+                Ok(m) if m.len() < size => found.push(short(ino, m.len(), size)),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.push(missing(ino)),
+                Err(e) => found.push(format!("conventional file {ino}: {e}")),
+            }
+        }
+        found
+    }
+
     /// Removes host files that no live conventional inode owns (left by a crash).
     pub fn remove_orphans(&mut self, live: impl Fn(Ino) -> bool) -> Result<()> {
         for entry in self.dir.entries()? {
@@ -133,21 +164,44 @@ impl ConventionalArea {
     }
 }
 
-/// Reads `buf.len()` bytes at `offset` of a conventional file's host file; bytes past its
-/// end read as zeros (a crash between growing the recorded size and writing the bytes).
-pub(super) fn read_host(file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64)? {
-            0 => break,
-            n => done += n,
-        }
-    }
-    buf[done..].fill(0);
-    Ok(buf.len())
+fn missing(ino: Ino) -> String {
+    format!("conventional file {ino}: its host file is missing")
+}
+
+fn short(ino: Ino, len: u64, size: u64) -> String {
+    format!("conventional file {ino}: its host file holds {len} of its {size} bytes")
 }
 
 impl Store {
+    /// Reads `buf.len()` bytes at `offset` of conventional file `ino`, within its size, from
+    /// its host file with the lock released. The host file holds them all unless it was
+    /// damaged (see the module docs) or a truncation came meanwhile.
+    pub(super) fn read_conventional(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        ino: Ino,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize> {
+        let file = inner.host_file(ino)?;
+        drop(inner);
+        let mut done = 0;
+        while done < buf.len() {
+            match file.read_at(&mut buf[done..], offset + done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        if done < buf.len() {
+            let size = self.lock()?.state.inode(ino)?.size;
+            if size > offset + done as u64 {
+                let len = file.metadata()?.len();
+                return Err(Error::Corrupt(short(ino, len, size)));
+            }
+        }
+        Ok(done)
+    }
+
     /// A write to a conventional file: the bytes go to the host file with the lock released
     /// (the file's `writing` flag set meanwhile, so that no other write or truncation comes
     /// between), and only then do the size grow and the file get marked dirty, together: a
@@ -168,41 +222,46 @@ impl Store {
         }
         drop(inner);
         let written = file.write_all_at(data, offset);
-        let mut inner = self.lock()?;
-        // Even a failed write may have left some of its bytes: they are the file's too.
-        if let Ok(inode) = inner.state.grow(ino, offset + data.len() as u64) {
-            inode.mtime_ns = super::now_ns();
+        let mut end = offset + data.len() as u64;
+        if written.is_err() {
+            // Some of its bytes may have reached the host file: those are the file's too.
+            end = end.min(file.metadata().map_or(0, |m| m.len()));
         }
+        let mut inner = self.lock()?;
+        let grown = inner.grow_conventional(ino, end);
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = false;
             of.host_dirty = true;
         }
         drop(inner);
         self.notify();
-        Ok(written?)
+        written?;
+        grown
     }
 
-    /// Makes a conventional file's bytes durable (the fsync with the lock released) and
-    /// journals its size.
+    /// Makes a conventional file's bytes durable (the fsync with the lock released and the
+    /// file's writes held off) and journals its size.
     pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
         let (file, dir) = {
-            let mut inner = self.lock()?;
+            let mut inner = self.wait_for_writes(self.lock()?, ino)?;
             let dirty = inner.open.get(&ino).is_some_and(|o| o.host_dirty);
             if !dirty {
                 return Ok(());
             }
             let file = inner.host_file(ino)?;
-            inner.open.get_mut(&ino).expect("open").host_dirty = false;
             let dir = match &mut inner.conv {
                 Some(conv) => conv.take_dir_to_sync()?,
                 None => None,
             };
+            let of = inner.open.get_mut(&ino).expect("open");
+            of.host_dirty = false;
+            of.writing = true;
             (file, dir)
         };
         let synced = file
             .sync_data()
             .and_then(|()| dir.as_ref().map_or(Ok(()), File::sync_all));
-        self.with(|inner| {
+        let recorded = self.with(|inner| {
             if let Err(e) = synced {
                 // Not durable: the next sync must try again (and report again).
                 if let Some(of) = inner.open.get_mut(&ino) {
@@ -213,6 +272,7 @@ impl Store {
                 }
                 return Err(e.into());
             }
+            inner.state.host_synced.remove(&ino);
             let inode = inner.state.inode(ino)?;
             let op = super::state::MetaOp::SetAttr {
                 ino,
@@ -222,7 +282,43 @@ impl Store {
                 ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
             };
             inner.record(op)
-        })
+        });
+        self.end_writing(ino);
+        recorded
+    }
+
+    /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set. A
+    /// larger size reaches the host file first (a reader never finds the host file shorter
+    /// than the file), a smaller one the journal first (a crash leaves the file as it was
+    /// before the truncate or after it, never zeros past its new end).
+    pub(super) fn change_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
+        let shrinking = self.with(|inner| Ok(size < inner.state.inode(ino)?.size))?;
+        if shrinking {
+            self.with(|inner| inner.set_len_conventional(ino, size))?;
+            self.commit()?;
+            self.with(|inner| inner.set_len_conventional_host(ino, size))
+        } else {
+            self.with(|inner| inner.set_len_conventional_host(ino, size))?;
+            self.with(|inner| inner.set_len_conventional(ino, size))
+        }
+    }
+}
+
+/// What [`Store::fsck`] finds wrong with the conventional area's host files.
+pub(super) fn damage(inner: &Inner) -> Vec<String> {
+    let files = inner
+        .state
+        .inodes
+        .iter()
+        .filter(|(_, i)| i.kind == FileKind::File && i.hint.class == Class::Conventional)
+        .map(|(&ino, i)| (ino, i.size));
+    match &inner.conv {
+        Some(conv) => conv.damage(files),
+        None if inner.config.read_only => files
+            .filter(|&(_, size)| size > 0)
+            .map(|(ino, _)| missing(ino))
+            .collect(),
+        None => Vec::new(),
     }
 }
 
@@ -233,40 +329,60 @@ impl Inner {
         if let Some(file) = &of.host {
             return Ok(file.clone());
         }
-        let conv = self
-            .conv
-            .as_mut()
-            .ok_or(Error::Unsupported("conventional area"))?;
-        let file = Arc::new(conv.open_file(ino)?);
+        let size = self.state.inode(ino)?.size;
+        let file = match self.conv.as_mut() {
+            Some(conv) => Arc::new(conv.open_file(ino, size)?),
+            // A read-only store's area whose directory was never made.
+            None if self.config.read_only && size > 0 => return Err(Error::Corrupt(missing(ino))),
+            None => return Err(Error::Unsupported("conventional area")),
+        };
         self.open.get_mut(&ino).expect("open").host = Some(file.clone());
         Ok(file)
     }
 
-    /// `ftruncate` of a conventional file, first half: the new size in the namespace. A
-    /// smaller size is journaled, and must be durable before any byte goes (returns true:
-    /// the caller commits, then calls [`Inner::set_len_conventional_host`]), so a crash
-    /// leaves the file as it was before the truncate or after it, never zeros past a new end.
-    pub(super) fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<bool> {
+    /// A conventional file's size grown to at least `end` by bytes now in its host file,
+    /// not yet synced: a journal record claims no more than the size before.
+    fn grow_conventional(&mut self, ino: Ino, end: u64) -> Result<()> {
+        let size = self.state.inode(ino)?.size;
+        if end > size {
+            self.state.host_synced.entry(ino).or_insert(size);
+        }
+        self.state.grow(ino, end)?.mtime_ns = super::now_ns();
+        Ok(())
+    }
+
+    /// `ftruncate` of a conventional file in the namespace. A smaller size is journaled
+    /// (the caller commits it before cutting the host file), as no more than the host file
+    /// holds durably.
+    fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<()> {
         let now = super::now_ns();
-        let shrinking = size < self.state.inode(ino)?.size;
+        let old = self.state.inode(ino)?.size;
+        let synced = self.state.host_synced.get(&ino).copied().unwrap_or(old);
+        if size > old {
+            self.state.host_synced.entry(ino).or_insert(old);
+        } else if size <= synced {
+            // The host file holds all of the new size durably (and maybe more, which a
+            // mount cuts off).
+            self.state.host_synced.remove(&ino);
+        }
         let inode = self.state.set_size(ino, size)?;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
-        if shrinking {
+        if size < old {
             let op = super::state::MetaOp::SetAttr {
                 ino,
-                size,
+                size: size.min(synced),
                 atime_ns: self.state.inode(ino)?.atime_ns,
                 mtime_ns: now,
                 ctime_ns: now,
             };
             self.record(op)?;
         }
-        Ok(shrinking)
+        Ok(())
     }
 
-    /// `ftruncate` of a conventional file, second half: the host file.
-    pub(super) fn set_len_conventional_host(&mut self, ino: Ino, size: u64) -> Result<()> {
+    /// `ftruncate` of a conventional file: the host file.
+    fn set_len_conventional_host(&mut self, ino: Ino, size: u64) -> Result<()> {
         self.host_file(ino)?.set_len(size)?;
         if let Some(of) = self.open.get_mut(&ino) {
             of.host_dirty = true;

@@ -130,7 +130,7 @@ impl Store {
     }
 
     /// Waits until no write or size change of `ino` is under way (see the module docs).
-    fn wait_for_writes<'a>(
+    pub(super) fn wait_for_writes<'a>(
         &'a self,
         mut inner: MutexGuard<'a, Inner>,
         ino: Ino,
@@ -142,7 +142,7 @@ impl Store {
     }
 
     /// Ends the write or size change of `ino` that set its `writing` flag.
-    fn end_writing(&self, ino: Ino) {
+    pub(super) fn end_writing(&self, ino: Ino) {
         if let Ok(mut inner) = self.lock() {
             if let Some(of) = inner.open.get_mut(&ino) {
                 of.writing = false;
@@ -768,20 +768,7 @@ impl Store {
         let n = ((size - offset) as usize).min(buf.len());
         let buf = &mut buf[..n];
         if inode.hint.class == Class::Conventional {
-            let file = match inner.host_file(ino) {
-                Ok(file) => file,
-                // A read-only store creates no host file: a missing one reads as the empty
-                // file a writable mount would create.
-                Err(Error::Io(e))
-                    if inner.config.read_only && e.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    buf.fill(0);
-                    return Ok(n);
-                }
-                Err(e) => return Err(e),
-            };
-            drop(inner);
-            return super::conventional::read_host(&file, buf, offset);
+            return self.read_conventional(inner, ino, buf, offset);
         }
         // Served from the window alone.
         if let Some(w) = inner.open.get(&ino).and_then(|o| o.window.as_ref()) {
@@ -912,14 +899,6 @@ impl Store {
         };
         self.end_writing(ino);
         changed
-    }
-
-    /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set.
-    fn change_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
-        if self.with(|inner| inner.set_len_conventional(ino, size))? {
-            self.commit()?;
-        }
-        self.with(|inner| inner.set_len_conventional_host(ino, size))
     }
 
     /// [`Store::set_len`] of a file in the zones, with the file's `writing` flag set.

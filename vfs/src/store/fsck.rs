@@ -309,7 +309,8 @@ impl Store {
     pub fn fsck_deep(&self) -> Result<FsckReport> {
         let (mut report, plan) = {
             let inner = self.lock()?;
-            let report = check(&inner)?;
+            let mut report = check(&inner)?;
+            report.problems.extend(super::conventional::damage(&inner));
             let mut plan: Vec<(Ino, u64, Extent)> = Vec::new();
             for (&ino, inode) in &inner.state.inodes {
                 for (file_block, ext) in inode.extents.iter() {

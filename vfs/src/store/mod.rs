@@ -1294,7 +1294,9 @@ impl Store {
     /// Checks every invariant of the store; see [`FsckReport`].
     pub fn fsck(&self) -> Result<FsckReport> {
         let inner = self.lock()?;
-        fsck::check(&inner)
+        let mut report = fsck::check(&inner)?;
+        report.problems.extend(conventional::damage(&inner));
+        Ok(report)
     }
 
     /// Whether the store takes changes: an error naming why not once a commit failed (its

@@ -216,6 +216,11 @@ pub struct State {
     /// ([`State::set_size`], on every write: an index, not a hash), so a quota or a scrape
     /// reads it without walking the inodes.
     pub bytes_of: Vec<u64>,
+    /// Conventional files whose size ran ahead of what their host files hold durably, with
+    /// the size each held when last synced: the most a journal record may claim for it,
+    /// so that a recovered size never reaches past the host file's end (one that does is
+    /// damage, see [`super::conventional`]).
+    pub host_synced: super::IntMap<Ino, u64>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -256,6 +261,7 @@ impl State {
             extents: 0,
             entries_of: HashMap::new(),
             bytes_of: Vec::new(),
+            host_synced: Default::default(),
         }
     }
 
@@ -381,6 +387,7 @@ impl State {
                 self.names.remove(ino);
                 self.inline.remove(*ino);
                 self.symlinks.remove(ino);
+                self.host_synced.remove(ino);
                 self.extents -= inode.extents.len();
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
@@ -551,10 +558,21 @@ impl State {
         ops
     }
 
-    /// The checkpoint image of this state.
+    /// The checkpoint image of this state. A conventional file not synced since it grew is
+    /// recorded at its synced size (see [`State::host_synced`]).
     pub fn snapshot(&self) -> Snapshot {
-        let mut inodes: Vec<(Ino, Inode)> =
-            self.inodes.iter().map(|(&i, n)| (i, n.clone())).collect();
+        let recorded = |ino: Ino, inode: &Inode| {
+            let mut inode = inode.clone();
+            if let Some(&synced) = self.host_synced.get(&ino) {
+                inode.size = inode.size.min(synced);
+            }
+            inode
+        };
+        let mut inodes: Vec<(Ino, Inode)> = self
+            .inodes
+            .iter()
+            .map(|(&i, n)| (i, recorded(i, n)))
+            .collect();
         inodes.sort_by_key(|(i, _)| *i);
         Snapshot {
             next_ino: self.next_ino,

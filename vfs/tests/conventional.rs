@@ -1,0 +1,180 @@
+//! The conventional area (files a policy keeps in place, one host file each) after power
+//! cuts and damage: a recovered size never reaches past what the host file holds durably,
+//! and a host file lost or cut on the host fails its file's reads and is named by fsck,
+//! never read back as zeros.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::{Error, Ino, OpenOptions, Store, StoreConfig};
+
+fn mount(dev: &Arc<MemoryDevice>, host: &Path) -> Store {
+    let config = StoreConfig {
+        buffers: 8,
+        buffer_size: 64 * 1024,
+        conventional_dir: Some(host.to_path_buf()),
+        ..Default::default()
+    };
+    Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+}
+
+fn device() -> Arc<MemoryDevice> {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 1 << 20,
+        zone_capacity: 1 << 20,
+        block_size: 4096,
+        max_open: 4,
+        max_active: 5,
+    };
+    Arc::new(MemoryDevice::new(geometry).unwrap())
+}
+
+/// The host file of conventional file `name` in tenant `app`.
+fn host_file(store: &Store, host: &Path, name: &str) -> std::path::PathBuf {
+    let (_, root) = store.tenant("app").unwrap();
+    let ino: Ino = store.lookup(root, name).unwrap();
+    host.join(ino.to_string())
+}
+
+fn read_all(store: &Store, name: &str) -> valet_vfs::Result<Vec<u8>> {
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, name, OpenOptions::read())?;
+    let mut buf = vec![0u8; f.metadata()?.size as usize];
+    let n = f.read_at(&mut buf, 0)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Cuts a host file to `len` bytes, as a power cut may leave one whose growth was never
+/// synced.
+fn cut(path: &Path, len: u64) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_len(len).unwrap();
+}
+
+#[test]
+fn a_checkpoint_records_a_conventional_file_at_its_synced_size() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = device();
+    let store = mount(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let current = store
+        .open_file(root, "CURRENT", OpenOptions::create())
+        .unwrap();
+    current.write_at(b"MANIFEST-000001\n", 0).unwrap();
+    current.sync_all().unwrap();
+    current.write_at(b"MANIFEST-000002\n", 16).unwrap();
+    // Synced log records fill the journal's zones over and over: the checkpoints written
+    // meanwhile see CURRENT 32 bytes long, 16 of them not synced.
+    let log = store
+        .open_file(root, "000003.log", OpenOptions::create())
+        .unwrap();
+    for i in 0..600u64 {
+        log.write_at(&[7u8; 300], i * 300).unwrap();
+        log.sync_data().unwrap();
+    }
+    let current_host = host_file(&store, host.path(), "CURRENT");
+    std::mem::forget((current, log));
+    std::mem::forget(store);
+    dev.power_fail();
+    cut(&current_host, 16);
+
+    let store = mount(&dev, host.path());
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "{}", report.findings());
+    assert_eq!(read_all(&store, "CURRENT").unwrap(), b"MANIFEST-000001\n");
+}
+
+#[test]
+fn a_truncation_journals_no_more_than_the_host_file_holds() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = device();
+    let store = mount(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let identity = store
+        .open_file(root, "IDENTITY", OpenOptions::create())
+        .unwrap();
+    identity.write_at(&[5u8; 100], 0).unwrap();
+    // Committed before the host file is cut; none of the 100 bytes was synced.
+    identity.set_len(10).unwrap();
+    let identity_host = host_file(&store, host.path(), "IDENTITY");
+    std::mem::forget(identity);
+    std::mem::forget(store);
+    dev.power_fail();
+    cut(&identity_host, 0);
+
+    let store = mount(&dev, host.path());
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "{}", report.findings());
+    assert_eq!(read_all(&store, "IDENTITY").unwrap(), b"");
+
+    // Once synced, the truncation's size is what a power cut leaves.
+    let (_, root) = store.tenant("app").unwrap();
+    let identity = store
+        .open_file(root, "IDENTITY", OpenOptions::create())
+        .unwrap();
+    identity.write_at(&[6u8; 100], 0).unwrap();
+    identity.sync_all().unwrap();
+    identity.set_len(10).unwrap();
+    std::mem::forget(identity);
+    std::mem::forget(store);
+    dev.power_fail();
+    let store = mount(&dev, host.path());
+    assert_eq!(read_all(&store, "IDENTITY").unwrap(), [6u8; 10]);
+}
+
+#[test]
+fn a_lost_or_cut_host_file_fails_its_reads_and_fsck_names_it() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = device();
+    let store = mount(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let files: [(&str, &[u8]); 3] = [
+        ("CURRENT", b"MANIFEST-000004\n"),
+        ("IDENTITY", b"2a0c9e4e-6b1f-4d8e-9a51-1f4f0d7e3c21"),
+        ("000004.log", &[9u8; 5000]),
+    ];
+    for (name, bytes) in files {
+        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        f.write_at(bytes, 0).unwrap();
+        f.close().unwrap();
+    }
+    let (current, identity) = (
+        host_file(&store, host.path(), "CURRENT"),
+        host_file(&store, host.path(), "IDENTITY"),
+    );
+    store.unmount().unwrap();
+    std::fs::remove_file(&current).unwrap();
+    cut(&identity, 5);
+
+    let store = mount(&dev, host.path());
+    let report = store.fsck().unwrap();
+    assert_eq!(report.problems.len(), 2, "{}", report.findings());
+    assert!(report.findings().contains("host file is missing"));
+    assert!(report
+        .findings()
+        .contains("host file holds 5 of its 36 bytes"));
+    for name in ["CURRENT", "IDENTITY"] {
+        match read_all(&store, name) {
+            Err(Error::Corrupt(why)) => assert!(why.contains("host file"), "{why}"),
+            other => panic!("{name} read as {other:?}"),
+        }
+    }
+    // A write does not make a lost host file again (its bytes before the write would
+    // read as zeros).
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store
+        .open_file(root, "CURRENT", OpenOptions::create())
+        .unwrap();
+    assert!(matches!(f.write_at(b"M", 0), Err(Error::Corrupt(_))));
+    drop(f);
+    assert!(!current.exists());
+    assert_eq!(read_all(&store, "000004.log").unwrap(), [9u8; 5000]);
+    // Removing the damaged files leaves a clean store.
+    store.unlink(root, "CURRENT").unwrap();
+    store.unlink(root, "IDENTITY").unwrap();
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "{}", report.findings());
+}
