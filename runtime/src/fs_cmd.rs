@@ -320,11 +320,11 @@ impl StoreArgs {
 
     /// Mounts the store read-only to read its files, refusing one whose metadata does not
     /// hold together (a writable mount refuses it too; a namespace with a cycle would
-    /// never end a recursive listing).
+    /// never end a recursive listing). A damaged file's reads fail on their own.
     fn mount_to_read(&self) -> Result<Store> {
         let store = self.mount_to_check()?;
         let report = store.fsck().context("checking the store")?;
-        if !report.is_clean() {
+        if !report.is_consistent() {
             bail!(
                 "the store's metadata is inconsistent (`valet-run fs fsck` lists the \
                  problems): {}",
@@ -511,7 +511,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
                 out.flush()?;
                 eprintln!(
                     "valet-run: error: fsck found {} problem(s)",
-                    report.problems.len()
+                    report.problems.len() + report.damaged.len()
                 );
                 return Ok(1);
             }

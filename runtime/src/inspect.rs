@@ -137,6 +137,9 @@ pub fn print_fsck(report: &FsckReport, deep: bool, out: &mut dyn Write) -> Resul
     for problem in &report.problems {
         writeln!(out, "problem: {problem}")?;
     }
+    for damage in &report.damaged {
+        writeln!(out, "damaged: {damage}")?;
+    }
     if report.is_clean() {
         writeln!(out, "fsck: clean")?;
     }

@@ -235,8 +235,8 @@ fn read_back(device: &Path, lock_wait: &mut Duration) -> Files {
     let report = store.fsck().expect("fsck");
     assert!(
         report.is_clean(),
-        "fsck after the kill: {:?}",
-        report.problems
+        "fsck after the kill: {}",
+        report.findings()
     );
     let (_, root) = store.tenant("default").expect("tenant");
     let mut files = Files::new();

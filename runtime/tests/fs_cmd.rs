@@ -213,6 +213,40 @@ fn a_tree_goes_in_and_comes_back_out_byte_for_byte() {
     assert!(stdout(&out).contains("default"), "{}", stdout(&out));
 }
 
+/// A conventional file whose host file was deleted on the host: `fsck` names it and exits
+/// 1, `cat` of it is a one-line error, and the store's other files still list and read.
+#[test]
+fn a_lost_host_file_is_named_by_fsck_and_the_other_files_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let store = small_device(&dev).mount().unwrap();
+    let (_, root) = store.tenant("default").unwrap();
+    let log = bytes(10_000, 1);
+    for (name, data) in [("CURRENT", &b"MANIFEST-000002\n"[..]), ("000001.log", &log)] {
+        let f = store
+            .open_file(root, name, valet_vfs::OpenOptions::create())
+            .unwrap();
+        f.write_at(data, 0).unwrap();
+        f.close().unwrap();
+    }
+    let ino = store.lookup(root, "CURRENT").unwrap();
+    store.unmount().unwrap();
+    let host_file = dev.join("conventional").join(ino.to_string());
+    std::fs::remove_file(host_file).unwrap();
+
+    let out = fs(&dev, &["fsck"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let damage = format!("damaged: conventional file {ino}: its host file is missing");
+    assert!(stdout(&out).contains(&damage), "{}", stdout(&out));
+    assert_error(&fs(&dev, &["cat", "/CURRENT"]), "its host file is missing");
+    let out = fs(&dev, &["cat", "/000001.log"]);
+    assert_ok(&out);
+    assert_eq!(out.stdout, log);
+    let out = fs(&dev, &["ls"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("CURRENT"), "{}", stdout(&out));
+}
+
 /// Looking changes nothing: every inspecting command leaves each byte and modification
 /// time of the device's files as it was, and none runs while a writer has the store.
 #[test]

@@ -590,7 +590,7 @@ fn hostile_modules_and_a_hot_swap_while_a_guest_writes() {
     .mount_existing()
     .unwrap();
     let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "fsck: {:?}", report.problems);
+    assert!(report.is_clean(), "fsck: {}", report.findings());
     let (_, root) = store.tenant(TENANT).unwrap();
     let streams: Vec<u32> = (1..=written)
         .map(|i| {

@@ -158,7 +158,7 @@ env = {{ UNUSED = "1" }}
     assert!(!a.is_empty() && !b.is_empty(), "{owners:?}");
     assert!(a.is_disjoint(&b), "alpha {a:?} and beta {b:?} share zones");
     let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert!(report.is_clean(), "{}", report.findings());
     assert_eq!(report.files, 2 * (FILES + 1));
 }
 

@@ -249,7 +249,7 @@ fn check_files(dev: &Path, threads: u64, size: u64) {
         );
     }
     let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert!(report.is_clean(), "{}", report.findings());
 }
 
 /// Runs `guest ARGS` under valet-run on the store in `dev` (`geometry`: `--zone-size` and

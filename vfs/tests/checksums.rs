@@ -227,7 +227,7 @@ fn gc_refuses_to_copy_a_damaged_block_and_deep_fsck_reports_it() {
     let deep = store.fsck_deep().unwrap();
     assert!(!deep.is_clean(), "{deep:?}");
     assert!(
-        deep.problems
+        deep.damaged
             .iter()
             .any(|p| p.contains("does not match its checksum")),
         "{deep:?}"
@@ -336,7 +336,7 @@ fn damage_to_the_last_commit_after_a_clean_unmount_is_reported_not_rolled_back()
     assert_eq!(names, ["table"]);
     let deep = store.fsck_deep().unwrap();
     assert!(
-        deep.problems
+        deep.damaged
             .iter()
             .any(|p| p.contains("does not match its checksum")),
         "{deep:?}"

@@ -315,7 +315,7 @@ fn unlink_rename_and_hard_links_of_links() {
         7
     );
     let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert!(report.is_clean(), "{}", report.findings());
     assert_eq!(report.symlinks, 1);
 }
 
@@ -373,7 +373,7 @@ fn links_survive_remounts_and_checkpoints() {
         assert_eq!(snapshot(&store, root), before, "after remount {round}");
         assert_eq!(read(&store, root, "l").unwrap(), b"payload");
         let report = store.fsck().unwrap();
-        assert!(report.is_clean(), "{:?}", report.problems);
+        assert!(report.is_clean(), "{}", report.findings());
         assert_eq!(report.symlinks, 3);
     }
     // Enough commits to fill the active metadata zone: the store checkpoints on its own.
@@ -418,5 +418,5 @@ fn a_power_cut_keeps_synced_links_and_drops_unsynced_ones_whole() {
         }
     }
     let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert!(report.is_clean(), "{}", report.findings());
 }

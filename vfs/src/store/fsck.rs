@@ -14,7 +14,8 @@ use super::zone_map::{ZoneMap, ZoneUse};
 use super::{Inner, Store};
 use crate::{Error, Result};
 
-/// What fsck counted, and every problem it found.
+/// What fsck counted, every problem it found in the metadata, and the files it found
+/// damaged.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsckReport {
     pub files: u64,
@@ -30,11 +31,23 @@ pub struct FsckReport {
     /// not keep them).
     #[serde(default)]
     pub unverified_blocks: u64,
+    /// The metadata does not hold together: a writable mount refuses such a store.
     pub problems: Vec<String>,
+    /// Bytes of files found damaged while the metadata holds together: a conventional
+    /// file whose host file is missing or short, and (deep check only) data that does not
+    /// match its checksum or cannot be read. Their reads fail (EIO); the rest of the store
+    /// reads as it is.
+    #[serde(default)]
+    pub damaged: Vec<String>,
 }
 
 impl FsckReport {
     pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.damaged.is_empty()
+    }
+
+    /// Whether the metadata holds together (the files' bytes may still be damaged).
+    pub fn is_consistent(&self) -> bool {
         self.problems.is_empty()
     }
 
@@ -46,12 +59,13 @@ impl FsckReport {
         }
     }
 
-    /// How many problems, and the first few, on one line.
+    /// How many problems and damaged files, and the first few, on one line.
     pub fn findings(&self) -> String {
-        let shown: Vec<_> = self.problems.iter().take(5).cloned().collect();
+        let all = self.problems.iter().chain(&self.damaged);
+        let shown: Vec<_> = all.take(5).cloned().collect();
         format!(
             "fsck found {} problem(s): {}",
-            self.problems.len(),
+            self.problems.len() + self.damaged.len(),
             shown.join("; ")
         )
     }
@@ -310,7 +324,7 @@ impl Store {
         let (mut report, plan) = {
             let inner = self.lock()?;
             let mut report = check(&inner)?;
-            report.problems.extend(super::conventional::damage(&inner));
+            report.damaged = super::conventional::damage(&inner);
             let mut plan: Vec<(Ino, u64, Extent)> = Vec::new();
             for (&ino, inode) in &inner.state.inodes {
                 for (file_block, ext) in inode.extents.iter() {
@@ -357,13 +371,13 @@ impl Store {
                     Ok(Err(mismatch)) => {
                         // Several extents may share the damaged unit: name it once per file.
                         if damaged_units.insert((ino, mismatch.zone, mismatch.unit.block)) {
-                            report.problems.push(format!(
+                            report.damaged.push(format!(
                                 "inode {ino}: data at file block {file_block} does not match \
                                  its checksum ({mismatch})"
                             ));
                         }
                     }
-                    Err(e) => report.problems.push(format!(
+                    Err(e) => report.damaged.push(format!(
                         "inode {ino}: reading file block {file_block} ({ext:?}) failed: {e}"
                     )),
                 }

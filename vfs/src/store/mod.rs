@@ -1295,7 +1295,7 @@ impl Store {
     pub fn fsck(&self) -> Result<FsckReport> {
         let inner = self.lock()?;
         let mut report = fsck::check(&inner)?;
-        report.problems.extend(conventional::damage(&inner));
+        report.damaged = conventional::damage(&inner);
         Ok(report)
     }
 

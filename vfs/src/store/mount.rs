@@ -191,7 +191,7 @@ pub(super) fn mount(
     // store is refused as it is, with fsck's findings (extents past write pointers or in
     // another tenant's zones, blocks claimed twice, entries naming missing inodes, cycles).
     let report = super::fsck::check(&inner)?;
-    if !report.is_clean() {
+    if !report.is_consistent() {
         return Err(Error::Corrupt(format!(
             "recovered metadata is inconsistent, store left as it is: {}",
             report.findings()
