@@ -3,9 +3,10 @@
 //! the store's namespace; only the bytes live on the host.
 //!
 //! The journal never records a size the host file does not hold durably: a write grows the
-//! size in memory only, and a sync records it once the host file is synced (with the file's
-//! writes held off meanwhile, so the size recorded is the one synced); checkpoints and
-//! truncations record at most the size last synced ([`State::host_synced`]). So after any
+//! size in memory only; a sync records the size the file had when its host fsync began,
+//! once that fsync is done; a truncation to a smaller size syncs the host file before it
+//! records the new size; checkpoints and time changes record at most the size last synced
+//! ([`State::host_synced`]). So after any
 //! crash a host file is at least as long as its recorded size (mount cuts off what is past
 //! it), and one that is shorter or missing was damaged on the host: its reads fail (EIO)
 //! rather than return zeros, and fsck names it.
@@ -239,61 +240,77 @@ impl Store {
         grown
     }
 
-    /// Makes a conventional file's bytes durable (the fsync with the lock released and the
-    /// file's writes held off) and journals its size.
+    /// Makes a conventional file's bytes durable (the fsync with the lock released) and
+    /// journals the size they reached when it began.
     pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
-        let (file, dir) = {
-            let mut inner = self.wait_for_writes(self.lock()?, ino)?;
+        let (file, dir, size, shrinks) = {
+            let mut inner = self.lock()?;
             let dirty = inner.open.get(&ino).is_some_and(|o| o.host_dirty);
             if !dirty {
                 return Ok(());
             }
             let file = inner.host_file(ino)?;
-            let dir = match &mut inner.conv {
-                Some(conv) => conv.take_dir_to_sync()?,
-                None => None,
-            };
-            let of = inner.open.get_mut(&ino).expect("open");
-            of.host_dirty = false;
-            of.writing = true;
-            (file, dir)
+            let dir = inner.host_dir_to_sync()?;
+            inner.open.get_mut(&ino).expect("open").host_dirty = false;
+            let shrinks = inner.state.host_shrinks.get(&ino).copied();
+            (file, dir, inner.state.inode(ino)?.size, shrinks)
         };
-        let synced = file
-            .sync_data()
-            .and_then(|()| dir.as_ref().map_or(Ok(()), File::sync_all));
-        let recorded = self.with(|inner| {
+        let synced = self.sync_host(&file, dir);
+        self.with(|inner| {
             if let Err(e) = synced {
                 // Not durable: the next sync must try again (and report again).
                 if let Some(of) = inner.open.get_mut(&ino) {
                     of.host_dirty = true;
                 }
-                if let (Some(conv), Some(_)) = (&mut inner.conv, dir) {
-                    conv.dir_dirty = true;
-                }
-                return Err(e.into());
+                return Err(e);
             }
-            inner.state.host_synced.remove(&ino);
+            if inner.state.host_shrinks.get(&ino).copied() != shrinks {
+                // A truncation came meanwhile: it synced the host file and journaled its
+                // size itself, which keeps all of what this sync was to keep that it did
+                // not cut off.
+                return Ok(());
+            }
             let inode = inner.state.inode(ino)?;
-            let op = super::state::MetaOp::SetAttr {
+            // Grows the recorded size to what was synced; writes since keep theirs.
+            let op = super::state::MetaOp::Extend {
                 ino,
-                size: inode.size,
-                atime_ns: inode.atime_ns,
+                size,
                 mtime_ns: inode.mtime_ns,
-                ctime_ns: inode.ctime_ns.max(inode.mtime_ns),
+            };
+            match inode.size > size {
+                true => inner.state.host_synced.insert(ino, size),
+                false => inner.state.host_synced.remove(&ino),
             };
             inner.record(op)
-        });
-        self.end_writing(ino);
-        recorded
+        })
+    }
+
+    /// Syncs a host file, then the area's directory when a host file was made since it was
+    /// last synced (`dir`, from [`Inner::host_dir_to_sync`]); on failure the directory
+    /// stays to sync.
+    fn sync_host(&self, file: &File, dir: Option<File>) -> Result<()> {
+        let synced = file
+            .sync_data()
+            .and_then(|()| dir.as_ref().map_or(Ok(()), File::sync_all));
+        if synced.is_err() && dir.is_some() {
+            if let Some(conv) = &mut self.lock()?.conv {
+                conv.dir_dirty = true;
+            }
+        }
+        Ok(synced?)
     }
 
     /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set. A
     /// larger size reaches the host file first (a reader never finds the host file shorter
-    /// than the file), a smaller one the journal first (a crash leaves the file as it was
-    /// before the truncate or after it, never zeros past its new end).
+    /// than the file). A smaller one reaches the journal first (a crash leaves the file as
+    /// it was before the truncate or after it, never zeros past its new end), once the host
+    /// file is synced (it may then record the new size, see the module docs).
     pub(super) fn change_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
         let shrinking = self.with(|inner| Ok(size < inner.state.inode(ino)?.size))?;
         if shrinking {
+            let (file, dir) =
+                self.with(|inner| Ok((inner.host_file(ino)?, inner.host_dir_to_sync()?)))?;
+            self.sync_host(&file, dir)?;
             self.with(|inner| inner.set_len_conventional(ino, size))?;
             self.commit()?;
             self.with(|inner| inner.set_len_conventional_host(ino, size))
@@ -352,26 +369,22 @@ impl Inner {
     }
 
     /// `ftruncate` of a conventional file in the namespace. A smaller size is journaled
-    /// (the caller commits it before cutting the host file), as no more than the host file
-    /// holds durably.
+    /// (the caller has synced the host file, and commits the record before cutting it).
     fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<()> {
         let now = super::now_ns();
         let old = self.state.inode(ino)?.size;
-        let synced = self.state.host_synced.get(&ino).copied().unwrap_or(old);
         if size > old {
             self.state.host_synced.entry(ino).or_insert(old);
-        } else if size <= synced {
-            // The host file holds all of the new size durably (and maybe more, which a
-            // mount cuts off).
-            self.state.host_synced.remove(&ino);
         }
         let inode = self.state.set_size(ino, size)?;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
         if size < old {
+            self.state.host_synced.remove(&ino);
+            *self.state.host_shrinks.entry(ino).or_default() += 1;
             let op = super::state::MetaOp::SetAttr {
                 ino,
-                size: size.min(synced),
+                size,
                 atime_ns: self.state.inode(ino)?.atime_ns,
                 mtime_ns: now,
                 ctime_ns: now,
@@ -379,6 +392,15 @@ impl Inner {
             self.record(op)?;
         }
         Ok(())
+    }
+
+    /// The area's directory to sync with a host file, if a host file was made since it was
+    /// last synced (see [`Store::sync_host`]).
+    fn host_dir_to_sync(&mut self) -> Result<Option<File>> {
+        match &mut self.conv {
+            Some(conv) => conv.take_dir_to_sync(),
+            None => Ok(None),
+        }
     }
 
     /// `ftruncate` of a conventional file: the host file.

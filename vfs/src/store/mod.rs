@@ -1751,14 +1751,19 @@ impl Inner {
 
     fn set_times(&mut self, ino: Ino, atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
         let inode = self.state.inode(ino)?;
+        let size = inode.size;
         let op = MetaOp::SetAttr {
             ino,
-            size: inode.size,
+            size: self.state.recordable_size(ino, inode),
             atime_ns: atime.unwrap_or(inode.atime_ns),
             mtime_ns: mtime.unwrap_or(inode.mtime_ns),
             ctime_ns: now_ns(),
         };
-        self.record(op)
+        self.record(op)?;
+        // A conventional file keeps the bytes it took since its last sync: only the record
+        // holds the size synced.
+        self.state.grow(ino, size)?;
+        Ok(())
     }
 
     fn stats(&self) -> Stats {

@@ -221,6 +221,9 @@ pub struct State {
     /// so that a recovered size never reaches past the host file's end (one that does is
     /// damage, see [`super::conventional`]).
     pub host_synced: super::IntMap<Ino, u64>,
+    /// How many times each conventional file was truncated to a smaller size while
+    /// mounted: a sync that a truncation overtook records nothing of its own.
+    pub host_shrinks: super::IntMap<Ino, u64>,
 }
 
 fn corrupt<T>(why: String) -> Result<T> {
@@ -262,6 +265,7 @@ impl State {
             entries_of: HashMap::new(),
             bytes_of: Vec::new(),
             host_synced: Default::default(),
+            host_shrinks: Default::default(),
         }
     }
 
@@ -388,6 +392,7 @@ impl State {
                 self.inline.remove(*ino);
                 self.symlinks.remove(ino);
                 self.host_synced.remove(ino);
+                self.host_shrinks.remove(ino);
                 self.extents -= inode.extents.len();
                 for (_, ext) in inode.extents.iter() {
                     self.invalidate(ext);
@@ -558,15 +563,20 @@ impl State {
         ops
     }
 
-    /// The checkpoint image of this state. A conventional file not synced since it grew is
-    /// recorded at its synced size (see [`State::host_synced`]).
+    /// The size a journal record may give `inode`: for a conventional file grown since it
+    /// was last synced, the size it had then (see [`State::host_synced`]).
+    pub fn recordable_size(&self, ino: Ino, inode: &Inode) -> u64 {
+        match self.host_synced.get(&ino) {
+            Some(&synced) => inode.size.min(synced),
+            None => inode.size,
+        }
+    }
+
+    /// The checkpoint image of this state, each size as [`State::recordable_size`] gives it.
     pub fn snapshot(&self) -> Snapshot {
-        let recorded = |ino: Ino, inode: &Inode| {
-            let mut inode = inode.clone();
-            if let Some(&synced) = self.host_synced.get(&ino) {
-                inode.size = inode.size.min(synced);
-            }
-            inode
+        let recorded = |ino: Ino, inode: &Inode| Inode {
+            size: self.recordable_size(ino, inode),
+            ..inode.clone()
         };
         let mut inodes: Vec<(Ino, Inode)> = self
             .inodes
