@@ -4,12 +4,12 @@
 //!
 //! The journal never records a size the host file does not hold durably: a write grows the
 //! size in memory only; a sync records the size the file had when its host fsync began,
-//! once that fsync is done; a truncation to a smaller size syncs the host file before it
-//! records the new size; checkpoints and time changes record at most the size last synced
-//! ([`State::host_synced`]). So after any
-//! crash a host file is at least as long as its recorded size (mount cuts off what is past
-//! it), and one that is shorter or missing was damaged on the host: its reads fail (EIO)
-//! rather than return zeros, and fsck names it.
+//! once that fsync is done (writes go on meanwhile); a truncation to a smaller size syncs
+//! the host file before it records the new size; checkpoints and time changes record at
+//! most the size last synced ([`State::host_synced`]). So after any crash a host file is at
+//! least as long as its recorded size (mount cuts off what is past it), and one that is
+//! shorter or missing was damaged on the host: its reads fail (EIO) rather than return
+//! zeros, and fsck names it.
 //!
 //! [`State::host_synced`]: super::state::State::host_synced
 
