@@ -54,6 +54,25 @@ fn cut(path: &Path, len: u64) {
     file.set_len(len).unwrap();
 }
 
+/// The power fails with the store mounted: the store and its open handles (`abandoned`)
+/// are dropped without closing, the device loses what no sync covered, and `host_cut`
+/// leaves the host files as the host's power cut did. Returns the store mounted again,
+/// found clean by fsck.
+fn power_cut(
+    dev: &Arc<MemoryDevice>,
+    host: &Path,
+    abandoned: impl Sized,
+    host_cut: impl FnOnce(),
+) -> Store {
+    std::mem::forget(abandoned);
+    dev.power_fail();
+    host_cut();
+    let store = mount(dev, host);
+    let report = store.fsck().unwrap();
+    assert!(report.is_clean(), "{}", report.findings());
+    store
+}
+
 #[test]
 fn a_checkpoint_records_a_conventional_file_at_its_synced_size() {
     let host = tempfile::tempdir().unwrap();
@@ -76,14 +95,9 @@ fn a_checkpoint_records_a_conventional_file_at_its_synced_size() {
         log.sync_data().unwrap();
     }
     let current_host = host_file(&store, host.path(), "CURRENT");
-    std::mem::forget((current, log));
-    std::mem::forget(store);
-    dev.power_fail();
-    cut(&current_host, 16);
-
-    let store = mount(&dev, host.path());
-    let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{}", report.findings());
+    let store = power_cut(&dev, host.path(), (store, current, log), || {
+        cut(&current_host, 16)
+    });
     assert_eq!(read_all(&store, "CURRENT").unwrap(), b"MANIFEST-000001\n");
 }
 
@@ -104,14 +118,7 @@ fn setting_times_keeps_the_bytes_not_synced_and_records_the_synced_size() {
     assert_eq!(log.read_at(&mut buf, 0).unwrap(), 23);
     assert_eq!(&buf, b"first line\nsecond line\n");
     let log_host = host_file(&store, host.path(), "LOG");
-    std::mem::forget(log);
-    std::mem::forget(store);
-    dev.power_fail();
-    cut(&log_host, 11);
-
-    let store = mount(&dev, host.path());
-    let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{}", report.findings());
+    let store = power_cut(&dev, host.path(), (store, log), || cut(&log_host, 11));
     assert_eq!(read_all(&store, "LOG").unwrap(), b"first line\n");
     let (_, root) = store.tenant("app").unwrap();
     let ino = store.lookup(root, "LOG").unwrap();
@@ -132,14 +139,9 @@ fn truncate_and_cut_power(host_cut: impl FnOnce(&Path)) -> Vec<u8> {
     identity.write_at(&[5u8; 100], 0).unwrap();
     identity.set_len(10).unwrap();
     let identity_host = host_file(&store, host.path(), "IDENTITY");
-    std::mem::forget(identity);
-    std::mem::forget(store);
-    dev.power_fail();
-    host_cut(&identity_host);
-
-    let store = mount(&dev, host.path());
-    let report = store.fsck().unwrap();
-    assert!(report.is_clean(), "{}", report.findings());
+    let store = power_cut(&dev, host.path(), (store, identity), || {
+        host_cut(&identity_host)
+    });
     read_all(&store, "IDENTITY").unwrap()
 }
 
