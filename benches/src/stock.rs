@@ -23,7 +23,9 @@ pub fn run(module: &str, args: &[&str], dirs: &[(&Path, &str)]) -> Output {
     let module = Module::from_file(&engine, module).expect("loading the guest");
     let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);
     p1::add_to_linker_sync(&mut linker, |t| t).expect("linking WASI");
-    let stdout = MemoryOutputPipe::new(64 << 20);
+    // A bound, not an allocation: the long mode's transcripts run past 64 MiB (6,000
+    // `fsrandom` seeds write about 72 MB), and a full pipe is an EIO the guest panics on.
+    let stdout = MemoryOutputPipe::new(1 << 30);
     let stderr = MemoryOutputPipe::new(1 << 20);
     let mut builder = WasiCtxBuilder::new();
     // File calls run on this thread, not bounced through tokio's blocking pool: what the
