@@ -47,7 +47,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use valet_vfs::device::{Geometry, IoMode};
+use valet_vfs::device::{Geometry, ImageDevice, ImageOptions, IoMode, ZonedDevice};
 use valet_vfs::{FileKind, FsckReport, Ino, OpenOptions, Store};
 
 use crate::admin::{client, AdminAddr};
@@ -238,6 +238,52 @@ impl NewDeviceArgs {
             .validate()
             .context("the requested device geometry")?;
         Ok(geometry)
+    }
+
+    /// Refuses flags that disagree with the image `spec` would open, when it exists: its
+    /// geometry was fixed when it was made, and a run on another geometry than the one
+    /// asked for would go unnoticed.
+    pub fn agree_with_existing(&self, spec: &DeviceSpec) -> Result<()> {
+        let asked = self.zone_size.is_some() || self.zones.is_some() || self.max_open.is_some();
+        let image = spec.image_path();
+        if !asked || spec.zonefs.is_some() || spec.fdp.is_some() || !image.exists() {
+            return Ok(());
+        }
+        let options = ImageOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let have = ImageDevice::open(&image, options)
+            .with_context(|| format!("opening {}", image.display()))?
+            .geometry();
+        let want = self.geometry()?;
+        let differs = [
+            (
+                self.zone_size.map(|mib| format!("--zone-size {mib}")),
+                want.zone_size != have.zone_size,
+                format!("zones of {} MiB", have.zone_size >> 20),
+            ),
+            (
+                self.zones.map(|n| format!("--zones {n}")),
+                want.zone_count != have.zone_count,
+                format!("{} zones", have.zone_count),
+            ),
+            (
+                self.max_open.map(|n| format!("--max-open {n}")),
+                want.max_open != have.max_open,
+                format!("at most {} open zones", have.max_open),
+            ),
+        ];
+        for (flag, differ, has) in differs {
+            if let (Some(flag), true) = (flag, differ) {
+                bail!(
+                    "{flag}: the image {} has {has}; a geometry is set when the image is \
+                     made (move the directory away to make another)",
+                    image.display()
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -438,6 +484,7 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
                 spec.geometry = geometry.geometry()?;
                 spec.mount()?
             } else {
+                geometry.agree_with_existing(&spec)?;
                 store.mount()?
             };
             let (_, root) = store.tenant(&tenant.tenant)?;

@@ -259,7 +259,7 @@ fn parse_writeback(text: &str) -> std::result::Result<Writeback, String> {
 impl DeviceArgs {
     fn spec(&self) -> Result<DeviceSpec> {
         let geometry = self.new_device.geometry()?;
-        Ok(DeviceSpec {
+        let spec = DeviceSpec {
             dir: self.device.clone(),
             zonefs: self.zonefs.clone(),
             zonefs_capacity: self.zonefs_capacity,
@@ -268,7 +268,9 @@ impl DeviceArgs {
             io: self.io,
             writeback: self.writeback.0,
             handoff: self.handoff.0,
-        })
+        };
+        self.new_device.agree_with_existing(&spec)?;
+        Ok(spec)
     }
 }
 

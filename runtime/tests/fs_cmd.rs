@@ -461,6 +461,35 @@ fn mistakes_are_one_line_errors() {
         &fs(&not_dir, &["import", not_dir.to_str().unwrap(), "/x"]),
         "not a directory",
     );
+    // Geometry flags that disagree with the existing image (16 zones of 16 MiB), which
+    // were once ignored: the run went on with a geometry nobody asked for.
+    let modified = || {
+        let image = std::fs::metadata(dev.join("zones.img")).unwrap();
+        (image.len(), image.modified().unwrap())
+    };
+    let image_before = modified();
+    let f = tmp.path().join("f");
+    assert_error(
+        &fs(&dev, &["import", "--zones", "3", f.to_str().unwrap(), "/x"]),
+        "--zones 3: the image",
+    );
+    let run = valet_run()
+        .args([
+            "--device",
+            dev.to_str().unwrap(),
+            "--zone-size",
+            "64",
+            "app.wasm",
+        ])
+        .output()
+        .unwrap();
+    assert_error(&run, "--zone-size 64: the image");
+    assert_eq!(modified(), image_before);
+    // Flags that agree are fine.
+    assert_ok(&fs(
+        &dev,
+        &["import", "--zones", "16", f.to_str().unwrap(), "/y"],
+    ));
 }
 
 #[test]
