@@ -378,6 +378,18 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         }
         None => Vec::new(),
     };
+    // So is a bad policy.
+    let limits = valet_runtime::policy::Limits::default();
+    match &cli.tenants {
+        Some(_) => {
+            for t in &tenant_list {
+                let policy = t.policy.as_deref().unwrap_or("default");
+                admin::check_before_mount(policy, limits)
+                    .with_context(|| format!("tenant {}", t.name))?;
+            }
+        }
+        None => admin::check_before_mount(&cli.policy, limits)?,
+    }
     let store = device.mount()?;
     // Each guest's stop (one, or one per tenant) serves a termination signal; the single
     // guest's also serves `--timeout`.

@@ -137,6 +137,10 @@ pub fn load(path: &Path) -> Result<Vec<TenantConfig>> {
         if t.app.is_relative() {
             t.app = base.join(&t.app);
         }
+        // A missing app, like every other mistake here, is refused before a store is made
+        // (it is compiled only once the store is up).
+        std::fs::File::open(&t.app)
+            .with_context(|| format!("tenant {}: cannot read {}", t.name, t.app.display()))?;
         // A policy file, like an app, is found relative to the tenants file.
         if let Some(policy) = &mut t.policy {
             if (policy.ends_with(".wasm") || policy.contains('/'))

@@ -26,22 +26,39 @@ fn guest_round_trips_a_file_through_the_store() {
     assert!(dir.path().join("zones.img").exists());
 }
 
+/// Bad apps and bad policies: one line, exit 125, and no store made on disk (a store made
+/// by a mistake would keep the geometry of that command, not the next one's).
 #[test]
 fn our_failures_are_one_line_and_exit_125() {
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("bad.wasm");
     std::fs::write(&garbage, b"not wasm at all").unwrap();
-    for app in [garbage.as_path(), std::path::Path::new("/no/such.wasm")] {
+    let garbage = garbage.to_str().unwrap();
+    let good = valet_guests::HELLO_STORE;
+    let cases = [
+        (garbage, "default", "not a valid WebAssembly module"),
+        ("/no/such.wasm", "default", "/no/such.wasm"),
+        (good, "nosuch", "no policy named nosuch"),
+        (good, "/no/such.wasm", "cannot read policy /no/such.wasm"),
+        (good, garbage, "policy bad: not a valid WebAssembly module"),
+        (good, good, "a policy may import nothing"),
+    ];
+    for (app, policy, what) in cases {
         let out = valet_run()
             .arg("--device")
             .arg(dir.path().join("dev"))
-            .arg(app)
+            .args(["--policy", policy, app])
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
         assert!(stderr.starts_with("valet-run: error: "), "{stderr}");
+        assert!(stderr.contains(what), "expected {what:?}: {stderr}");
+        assert!(
+            !dir.path().join("dev").exists(),
+            "{app} {policy} made a store"
+        );
     }
 }
 

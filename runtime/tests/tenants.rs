@@ -235,6 +235,8 @@ fn bad_tenant_files_are_one_line_errors() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
         assert!(stderr.starts_with("valet-run: error: "), "{stderr}");
         assert!(stderr.contains(what), "expected {what:?}: {stderr}");
+        // Refused before a store was made.
+        assert!(!dev.exists(), "case {i} made a store");
     }
     // --tenants replaces APP and the per-guest options.
     let out = valet_run()

@@ -31,5 +31,5 @@ pub mod client;
 pub mod registry;
 pub mod server;
 
-pub use registry::{PolicyInfo, Registry, RunningGuest};
+pub use registry::{check_before_mount, PolicyInfo, Registry, RunningGuest};
 pub use server::{start, write_token, AdminAddr, AdminServer};

@@ -143,36 +143,19 @@ impl Registry {
     /// Loads what `--policy` names: a `.wasm` (or `.wat` text) file, loaded under its file
     /// stem, or a policy already loaded (a built-in). Returns the policy's name.
     pub fn resolve(&self, spec: &str) -> Result<String> {
-        let path = Path::new(spec);
-        if spec.ends_with(".wasm") || spec.ends_with(".wat") || spec.contains('/') {
-            // `--policy rocks.wasm` where no such file exists: the built-in of that name.
-            if !path.exists() && !spec.contains('/') {
-                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-                if let Some(stem) = stem.filter(|s| self.knows(s)) {
-                    return Ok(stem);
-                }
+        match PolicySpec::parse(spec, |name| self.knows(name)) {
+            PolicySpec::File { path, name } => {
+                self.load(&name, &read_policy(path)?)?;
+                Ok(name)
             }
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read policy {spec}"))?;
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| spec.to_string());
-            self.load(&name, &bytes)?;
-            return Ok(name);
+            PolicySpec::Name(name) if self.knows(&name) => Ok(name),
+            PolicySpec::Name(name) => {
+                let builtins = self.lock_builtins();
+                let modules = self.lock_modules();
+                let known = builtins.keys().chain(modules.keys());
+                Err(unknown(&name, known.map(String::as_str)))
+            }
         }
-        if self.knows(spec) {
-            return Ok(spec.to_string());
-        }
-        let builtins = self.lock_builtins();
-        let mut known: Vec<&str> = builtins.keys().map(String::as_str).collect();
-        let modules = self.lock_modules();
-        known.extend(modules.keys().map(String::as_str));
-        known.sort();
-        bail!(
-            "no policy named {spec} (known: {}; or give a FILE.wasm)",
-            known.join(", ")
-        )
     }
 
     /// Validates and loads a module as `name` (replacing a policy of that name for later
@@ -356,6 +339,65 @@ impl Registry {
             .max_active
             .saturating_sub(2)
             .max(1)
+    }
+}
+
+/// What a policy named on the command line or in the admin API is.
+enum PolicySpec<'a> {
+    /// A module file (`.wasm`, `.wat` text, or any path with a `/`), loaded under its stem.
+    File { path: &'a Path, name: String },
+    /// A policy loaded or built in, by name.
+    Name(String),
+}
+
+impl<'a> PolicySpec<'a> {
+    /// `known` tells the names of policies loaded or built in: `rocks.wasm` where no such
+    /// file exists is the built-in `rocks`.
+    fn parse(spec: &'a str, known: impl Fn(&str) -> bool) -> Self {
+        let path = Path::new(spec);
+        if !(spec.ends_with(".wasm") || spec.ends_with(".wat") || spec.contains('/')) {
+            return PolicySpec::Name(spec.to_string());
+        }
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        if !path.exists() && !spec.contains('/') {
+            if let Some(stem) = stem.clone().filter(|s| known(s)) {
+                return PolicySpec::Name(stem);
+            }
+        }
+        let name = stem.unwrap_or_else(|| spec.to_string());
+        PolicySpec::File { path, name }
+    }
+}
+
+fn read_policy(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read policy {}", path.display()))
+}
+
+fn unknown<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> anyhow::Error {
+    let mut known: Vec<&str> = known.collect();
+    known.sort();
+    anyhow!(
+        "no policy named {name} (known: {}; or give a FILE.wasm)",
+        known.join(", ")
+    )
+}
+
+/// Checks a policy named on the command line (`--policy`, a tenants file's `policy`)
+/// before any store is mounted, so that a mistake there creates nothing on disk: a
+/// built-in's name, or a module file that reads and passes [`PolicyModule::new`]. The
+/// registry that uses it compiles it again, from the policy engine's cache.
+pub fn check_before_mount(spec: &str, limits: Limits) -> Result<()> {
+    let builtin = |name: &str| valet_policies::BUILTIN.iter().any(|(n, _)| *n == name);
+    match PolicySpec::parse(spec, builtin) {
+        PolicySpec::File { path, name } => {
+            PolicyModule::new(&policy::engine()?, &name, &read_policy(path)?, limits)?;
+            Ok(())
+        }
+        PolicySpec::Name(name) if builtin(&name) => Ok(()),
+        PolicySpec::Name(name) => Err(unknown(
+            &name,
+            valet_policies::BUILTIN.iter().map(|(n, _)| *n),
+        )),
     }
 }
 
