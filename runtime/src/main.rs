@@ -390,6 +390,30 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         }
         None => admin::check_before_mount(&cli.policy, limits)?,
     }
+    // And so are the other options that name things: the admin address, the trace file
+    // (created here), host directories, environment variables.
+    let admin_addr = cli
+        .admin
+        .as_deref()
+        .map(admin::AdminAddr::parse)
+        .transpose()?;
+    let trace = cli
+        .record_trace
+        .as_deref()
+        .map(valet_runtime::trace::Recorder::create)
+        .transpose()?;
+    let envs = cli
+        .envs
+        .iter()
+        .map(|e| parse_env(e))
+        .collect::<Result<Vec<_>>>()?;
+    let dirs: Vec<Preopen> = cli.dirs.iter().map(|d| parse_dir(d)).collect();
+    for dir in &dirs {
+        if let Preopen::Host { host_path, .. } = dir {
+            std::fs::read_dir(host_path)
+                .with_context(|| format!("cannot open host directory {}", host_path.display()))?;
+        }
+    }
     let store = device.mount()?;
     // Each guest's stop (one, or one per tenant) serves a termination signal; the single
     // guest's also serves `--timeout`.
@@ -409,11 +433,10 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         Registry::streams_for(&store),
         valet_runtime::policy::Limits::default(),
     )?;
-    if let Some(path) = &cli.record_trace {
-        registry.record_into(valet_runtime::trace::Recorder::create(path)?);
+    if let Some(trace) = trace {
+        registry.record_into(trace);
     }
-    if let Some(addr) = &cli.admin {
-        let addr = admin::AdminAddr::parse(addr)?;
+    if let Some(addr) = admin_addr {
         let server = admin::start(&addr, &device.dir.join("admin.token"), registry.clone())?;
         eprintln!(
             "valet-run: admin API on {} (token in {})",
@@ -444,9 +467,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             ino: root,
             guest_path: cli.mount.clone(),
         }];
-        for d in &cli.dirs {
-            preopens.push(parse_dir(d));
-        }
+        preopens.extend(dirs);
         for addr in &cli.tcplisten {
             preopens.push(Preopen::TcpListen(*addr));
         }
@@ -458,11 +479,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             args: std::iter::once(program)
                 .chain(cli.args.iter().cloned())
                 .collect(),
-            env: cli
-                .envs
-                .iter()
-                .map(|e| parse_env(e))
-                .collect::<Result<_>>()?,
+            env: envs,
             preopens,
             trap_unknown_imports: cli.trap_unknown_imports,
             thread_limit: cli.max_threads,

@@ -26,8 +26,8 @@ fn guest_round_trips_a_file_through_the_store() {
     assert!(dir.path().join("zones.img").exists());
 }
 
-/// Bad apps and bad policies: one line, exit 125, and no store made on disk (a store made
-/// by a mistake would keep the geometry of that command, not the next one's).
+/// Bad apps, policies and options: one line, exit 125, and no store made on disk (a store
+/// made by a mistake would keep the geometry of that command, not the next one's).
 #[test]
 fn our_failures_are_one_line_and_exit_125() {
     let dir = tempfile::tempdir().unwrap();
@@ -35,19 +35,32 @@ fn our_failures_are_one_line_and_exit_125() {
     std::fs::write(&garbage, b"not wasm at all").unwrap();
     let garbage = garbage.to_str().unwrap();
     let good = valet_guests::HELLO_STORE;
-    let cases = [
-        (garbage, "default", "not a valid WebAssembly module"),
-        ("/no/such.wasm", "default", "/no/such.wasm"),
-        (good, "nosuch", "no policy named nosuch"),
-        (good, "/no/such.wasm", "cannot read policy /no/such.wasm"),
-        (good, garbage, "policy bad: not a valid WebAssembly module"),
-        (good, good, "a policy may import nothing"),
+    let cases: [(&str, &[&str], &str); 10] = [
+        (garbage, &[], "not a valid WebAssembly module"),
+        ("/no/such.wasm", &[], "/no/such.wasm"),
+        (good, &["--policy", "nosuch"], "no policy named nosuch"),
+        (good, &["--policy", "/no/such.wasm"], "cannot read policy"),
+        (good, &["--policy", garbage], "policy bad: not a valid"),
+        (good, &["--policy", good], "a policy may import nothing"),
+        (
+            good,
+            &["--dir", "/no/such::/x"],
+            "cannot open host directory",
+        ),
+        (good, &["--env", "NOVALUE"], "--env NOVALUE: expected K=V"),
+        (good, &["--admin", "8.8.8.8:9"], "loopback addresses only"),
+        (
+            good,
+            &["--record-trace", "/no/such/t.jsonl"],
+            "creating trace",
+        ),
     ];
-    for (app, policy, what) in cases {
+    for (app, options, what) in cases {
         let out = valet_run()
             .arg("--device")
             .arg(dir.path().join("dev"))
-            .args(["--policy", policy, app])
+            .args(options)
+            .arg(app)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -55,10 +68,8 @@ fn our_failures_are_one_line_and_exit_125() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
         assert!(stderr.starts_with("valet-run: error: "), "{stderr}");
         assert!(stderr.contains(what), "expected {what:?}: {stderr}");
-        assert!(
-            !dir.path().join("dev").exists(),
-            "{app} {policy} made a store"
-        );
+        let made = dir.path().join("dev").exists();
+        assert!(!made, "{app} {options:?} made a store");
     }
 }
 
