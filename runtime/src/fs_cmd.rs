@@ -237,6 +237,8 @@ impl NewDeviceArgs {
         geometry
             .validate()
             .context("the requested device geometry")?;
+        Store::check_geometry(&geometry)
+            .map_err(|why| anyhow::anyhow!("the requested device geometry: {why}"))?;
         Ok(geometry)
     }
 

@@ -35,25 +35,22 @@ fn our_failures_are_one_line_and_exit_125() {
     std::fs::write(&garbage, b"not wasm at all").unwrap();
     let garbage = garbage.to_str().unwrap();
     let good = valet_guests::HELLO_STORE;
-    let cases: [(&str, &[&str], &str); 10] = [
+    let missing = dir.path().join("missing");
+    let missing_dir = format!("{}::/x", missing.display());
+    let missing_trace = missing.join("t.jsonl");
+    let missing_trace = missing_trace.to_str().unwrap();
+    let cases: [(&str, &[&str], &str); 11] = [
         (garbage, &[], "not a valid WebAssembly module"),
         ("/no/such.wasm", &[], "/no/such.wasm"),
         (good, &["--policy", "nosuch"], "no policy named nosuch"),
         (good, &["--policy", "/no/such.wasm"], "cannot read policy"),
         (good, &["--policy", garbage], "policy bad: not a valid"),
         (good, &["--policy", good], "a policy may import nothing"),
-        (
-            good,
-            &["--dir", "/no/such::/x"],
-            "cannot open host directory",
-        ),
+        (good, &["--dir", &missing_dir], "cannot open host directory"),
         (good, &["--env", "NOVALUE"], "--env NOVALUE: expected K=V"),
         (good, &["--admin", "8.8.8.8:9"], "loopback addresses only"),
-        (
-            good,
-            &["--record-trace", "/no/such/t.jsonl"],
-            "creating trace",
-        ),
+        (good, &["--record-trace", missing_trace], "creating trace"),
+        (good, &["--zones", "3"], "the store needs at least 4"),
     ];
     for (app, options, what) in cases {
         let out = valet_run()
@@ -71,6 +68,16 @@ fn our_failures_are_one_line_and_exit_125() {
         let made = dir.path().join("dev").exists();
         assert!(!made, "{app} {options:?} made a store");
     }
+    // The node agent too.
+    let out = valet_run()
+        .args(["node", "--admin", "nonsense", "--device"])
+        .arg(dir.path().join("dev"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("--admin nonsense"), "{stderr}");
+    assert!(!dir.path().join("dev").exists(), "the agent made a store");
 }
 
 /// A guest that fills the device: its sync gets ENOSPC, the error names the room the data

@@ -171,6 +171,12 @@ impl Running {
 /// Mounts the device and serves shims until the process is killed.
 pub fn serve(config: NodeConfig) -> Result<()> {
     let engine = host::engine(host::Stopping::EpochChecks)?;
+    // A bad address is refused before the store is mounted (or made).
+    let admin_addr = config
+        .admin
+        .as_deref()
+        .map(admin::AdminAddr::parse)
+        .transpose()?;
     let store = config.device.mount()?;
     // Until the agent runs guests, a termination signal only unmounts the store.
     crate::termination::keep_writes_of(&store, |_| {});
@@ -179,8 +185,7 @@ pub fn serve(config: NodeConfig) -> Result<()> {
         Registry::streams_for(&store),
         crate::policy::Limits::default(),
     )?;
-    if let Some(addr) = &config.admin {
-        let addr = admin::AdminAddr::parse(addr)?;
+    if let Some(addr) = admin_addr {
         let server = admin::start(
             &addr,
             &config.device.dir.join("admin.token"),

@@ -26,28 +26,39 @@ use super::extent_map::MAX_EXTENT_BLOCKS;
 use super::journal::{self, CheckpointRoom, Journal};
 use super::state::{FileKind, MetaOp, State};
 use super::zone_map::ZoneUse;
-use super::{Counters, Inner, Placements, StoreConfig};
-use crate::device::{ZonePlacement, ZoneState, ZonedDevice};
+use super::{Counters, Inner, Placements, Store, StoreConfig};
+use crate::device::{Geometry, ZonePlacement, ZoneState, ZonedDevice};
 use crate::hint::Class;
 use crate::resolver::ZnsHead;
 use crate::{Error, Result};
+
+impl Store {
+    /// Whether a store fits a device of geometry `g` (which [`Geometry::validate`] passed):
+    /// a tool about to create a device asks before it does.
+    ///
+    /// [`Geometry::validate`]: crate::device::Geometry::validate
+    pub fn check_geometry(g: &Geometry) -> std::result::Result<(), String> {
+        if g.zone_count < 4 {
+            return Err(format!(
+                "device has {} zones; the store needs at least 4",
+                g.zone_count
+            ));
+        }
+        if g.max_active < 3 {
+            return Err(format!(
+                "device allows {} active zones; the store needs at least 3",
+                g.max_active
+            ));
+        }
+        Ok(())
+    }
+}
 
 fn check_config(device: &dyn ZonedDevice, config: &StoreConfig) -> Result<()> {
     let g = device.geometry();
     g.validate()?;
     let bad = |why: String| Err(Error::Corrupt(why));
-    if g.zone_count < 4 {
-        return bad(format!(
-            "device has {} zones; the store needs at least 4",
-            g.zone_count
-        ));
-    }
-    if g.max_active < 3 {
-        return bad(format!(
-            "device allows {} active zones; the store needs at least 3",
-            g.max_active
-        ));
-    }
+    Store::check_geometry(&g).map_err(Error::Corrupt)?;
     let bs = g.block_size as usize;
     let max = MAX_EXTENT_BLOCKS as usize * bs;
     if config.buffer_size < bs || config.buffer_size % bs != 0 || config.buffer_size > max {
