@@ -506,6 +506,17 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
             let copied = export(&store, root, &guest, &host)
                 .with_context(|| format!("export {guest} {}", host.display()))?;
             writeln!(out, "exported {copied}")?;
+            for damage in &copied.damaged {
+                writeln!(out, "damaged, not exported: {damage}")?;
+            }
+            if !copied.damaged.is_empty() {
+                out.flush()?;
+                eprintln!(
+                    "valet-run: error: export: {} damaged file(s) not exported",
+                    copied.damaged.len()
+                );
+                return Ok(1);
+            }
         }
         FsCommand::Rm {
             store,
@@ -583,12 +594,15 @@ fn run_to(command: FsCommand, out: &mut dyn Write) -> Result<u8> {
 }
 
 /// What an import or export copied.
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub struct Copied {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
     pub bytes: u64,
+    /// Files of the store left out of an export because their bytes are damaged (see
+    /// [`FsckReport::damaged`]): their paths in the store, and why.
+    pub damaged: Vec<String>,
 }
 
 impl std::fmt::Display for Copied {
@@ -804,20 +818,16 @@ pub fn export(store: &Store, root: Ino, guest: &str, host: &Path) -> Result<Copi
     let ino = store.lookup(root, rel)?;
     fs::create_dir_all(host).with_context(|| format!("cannot create {}", host.display()))?;
     if store.metadata(ino)?.kind == FileKind::Dir {
-        export_dir(store, ino, host, &mut copied)?;
+        let at = if rel == "." { "" } else { rel };
+        export_dir(store, ino, at, host, &mut copied)?;
     } else {
         let name = rel.rsplit('/').next().unwrap_or(rel);
         let parent = match rel.rsplit_once('/') {
             Some((head, _)) => store.lookup(root, head)?,
             None => root,
         };
-        export_file(
-            store,
-            parent,
-            name,
-            &host.join(safe_name(name)?),
-            &mut copied,
-        )?;
+        let to = host.join(safe_name(name)?);
+        export_file(store, parent, name, rel, &to, &mut copied)?;
     }
     Ok(copied)
 }
@@ -830,11 +840,16 @@ fn safe_name(name: &str) -> Result<&str> {
     Ok(name)
 }
 
-fn export_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Result<()> {
+/// Exports directory `dir` of the store, at `at` in it, into `host`.
+fn export_dir(store: &Store, dir: Ino, at: &str, host: &Path, copied: &mut Copied) -> Result<()> {
     let mut entries = store.read_dir(dir)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for e in entries {
         let path = host.join(safe_name(&e.name)?);
+        let in_store = match at {
+            "" => e.name.clone(),
+            _ => format!("{at}/{}", e.name),
+        };
         match e.kind {
             FileKind::Dir => {
                 let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
@@ -847,9 +862,9 @@ fn export_dir(store: &Store, dir: Ino, host: &Path, copied: &mut Copied) -> Resu
                             .with_context(|| format!("cannot create {}", path.display()))
                     }
                 }
-                export_dir(store, e.ino, &path, copied)?;
+                export_dir(store, e.ino, &in_store, &path, copied)?;
             }
-            FileKind::File => export_file(store, dir, &e.name, &path, copied)?,
+            FileKind::File => export_file(store, dir, &e.name, &in_store, &path, copied)?,
             FileKind::Symlink => export_symlink(store, dir, &e.name, &path, copied)?,
         }
     }
@@ -878,10 +893,14 @@ fn export_symlink(
     Ok(())
 }
 
+/// Exports file `name` of directory `dir` (at `in_store` in the store) to `host`. A file
+/// whose bytes are damaged is left out and noted in `copied`: the rest of the tree is still
+/// worth having.
 fn export_file(
     store: &Store,
     dir: Ino,
     name: &str,
+    in_store: &str,
     host: &Path,
     copied: &mut Copied,
 ) -> Result<()> {
@@ -894,9 +913,17 @@ fn export_file(
     let mut buf = vec![0u8; CHUNK];
     let mut offset = 0u64;
     loop {
-        let n = file
-            .read_at(&mut buf, offset)
-            .with_context(|| format!("reading {name} from the store"))?;
+        let n = match file.read_at(&mut buf, offset) {
+            Ok(n) => n,
+            Err(e @ (valet_vfs::Error::Corrupt(_) | valet_vfs::Error::Device(_))) => {
+                drop(dst);
+                fs::remove_file(host)
+                    .with_context(|| format!("cannot remove {}", host.display()))?;
+                copied.damaged.push(format!("/{in_store}: {e}"));
+                return Ok(());
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {name} from the store")),
+        };
         if n == 0 {
             break;
         }

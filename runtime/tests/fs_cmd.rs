@@ -214,7 +214,8 @@ fn a_tree_goes_in_and_comes_back_out_byte_for_byte() {
 }
 
 /// A conventional file whose host file was deleted on the host: `fsck` names it and exits
-/// 1, `cat` of it is a one-line error, and the store's other files still list and read.
+/// 1, `cat` of it is a one-line error, and the store's other files still list, read and
+/// export.
 #[test]
 fn a_lost_host_file_is_named_by_fsck_and_the_other_files_still_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,6 +246,14 @@ fn a_lost_host_file_is_named_by_fsck_and_the_other_files_still_read() {
     let out = fs(&dev, &["ls"]);
     assert_ok(&out);
     assert!(stdout(&out).contains("CURRENT"), "{}", stdout(&out));
+    // An export takes everything else out, names what it left, and exits 1.
+    let to = dir.path().join("out");
+    let out = fs(&dev, &["export", "/", to.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let left = "damaged, not exported: /CURRENT: corrupt store: conventional file";
+    assert!(stdout(&out).contains(left), "{}", stdout(&out));
+    assert_eq!(std::fs::read(to.join("000001.log")).unwrap(), log);
+    assert!(!to.join("CURRENT").exists());
 }
 
 /// Looking changes nothing: every inspecting command leaves each byte and modification
@@ -470,8 +479,8 @@ fn mistakes_are_one_line_errors() {
     let image_before = modified();
     let f = tmp.path().join("f");
     assert_error(
-        &fs(&dev, &["import", "--zones", "3", f.to_str().unwrap(), "/x"]),
-        "--zones 3: the image",
+        &fs(&dev, &["import", "--zones", "5", f.to_str().unwrap(), "/x"]),
+        "--zones 5: the image",
     );
     let run = valet_run()
         .args([
