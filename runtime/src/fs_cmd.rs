@@ -33,8 +33,10 @@
 //! once), it is refused while a `valet-run` has the store, and it sees a store after a
 //! crash as the next mount would recover it. `fsck` reports whatever it finds, even
 //! metadata a writable mount would refuse; `ls`, `cat`, `export` and `tenants` refuse such
-//! a store. `fsck` exits 1 (with one error line) when it finds problems, and 125 when it
-//! cannot check at all, like every other failure of ours.
+//! a store, but not one whose metadata holds together with some files damaged (their reads
+//! fail on their own). `fsck` exits 1 (with one error line) when it finds problems or
+//! damaged files, and 125 when it cannot check at all, like every other failure of ours;
+//! `export` leaves damaged files out, names them, and exits 1.
 //!
 //! While a `valet-run` or node agent has the store, `ls`, `cat`, `rm`, `fsck`, `tenants`
 //! and `zones` with `--admin ADDR` ask it through its admin API instead of mounting the
