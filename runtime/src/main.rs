@@ -428,11 +428,7 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
             stop.stop(signal);
         }
     });
-    let registry = Registry::with_builtins(
-        store.clone(),
-        Registry::streams_for(&store),
-        valet_runtime::policy::Limits::default(),
-    )?;
+    let registry = Registry::with_builtins(store.clone(), Registry::streams_for(&store), limits)?;
     if let Some(trace) = trace {
         registry.record_into(trace);
     }

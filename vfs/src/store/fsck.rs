@@ -314,6 +314,14 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
     Ok(report)
 }
 
+/// [`check`], and the files whose bytes are found damaged without reading them (the
+/// conventional area's host files): what [`Store::fsck`] reports.
+pub(super) fn report(inner: &Inner) -> Result<FsckReport> {
+    let mut report = check(inner)?;
+    report.damaged = super::conventional::damage(inner);
+    Ok(report)
+}
+
 impl Store {
     /// [`Store::fsck`], then every live block read back and checked against its unit's
     /// checksum, and the retired metadata zone read for damage (which no mount looks for).
@@ -323,8 +331,7 @@ impl Store {
     pub fn fsck_deep(&self) -> Result<FsckReport> {
         let (mut report, plan) = {
             let inner = self.lock()?;
-            let mut report = check(&inner)?;
-            report.damaged = super::conventional::damage(&inner);
+            let report = report(&inner)?;
             let mut plan: Vec<(Ino, u64, Extent)> = Vec::new();
             for (&ino, inode) in &inner.state.inodes {
                 for (file_block, ext) in inode.extents.iter() {

@@ -1293,10 +1293,7 @@ impl Store {
 
     /// Checks every invariant of the store; see [`FsckReport`].
     pub fn fsck(&self) -> Result<FsckReport> {
-        let inner = self.lock()?;
-        let mut report = fsck::check(&inner)?;
-        report.damaged = conventional::damage(&inner);
-        Ok(report)
+        fsck::report(&*self.lock()?)
     }
 
     /// Whether the store takes changes: an error naming why not once a commit failed (its
