@@ -4,6 +4,7 @@
 //! never read back as zeros.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
@@ -208,4 +209,59 @@ fn a_lost_or_cut_host_file_fails_its_reads_and_fsck_names_it() {
     store.unlink(root, "IDENTITY").unwrap();
     let report = store.fsck().unwrap();
     assert!(report.is_clean(), "{}", report.findings());
+}
+
+/// A sync that finds another sync of the same file in flight (a background writeback's,
+/// another thread's) returns only once its own bytes are durable and journaled: it used
+/// to return at once, trusting the other one, which might not be done yet, and a crash
+/// then lost the acknowledged bytes. Each round looks at what a power cut right after the
+/// sync returned would leave, with the other syncs still running.
+#[test]
+fn a_sync_does_not_trust_one_in_flight() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = device();
+    let store = mount(&dev, host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let current = store
+        .open_file(root, "CURRENT", OpenOptions::create())
+        .unwrap();
+    let host_current = host_file(&store, host.path(), "CURRENT");
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                store.sync().unwrap();
+            }
+        });
+        // Stops the other thread however this one ends (the scope waits for it).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        let mut acked = 0u64;
+        for round in 0..100u64 {
+            let line = format!("MANIFEST-{round:06}\n");
+            current.write_at(line.as_bytes(), acked).unwrap();
+            current.sync_data().unwrap();
+            acked += line.len() as u64;
+            // The host file as a SIGKILL leaves it, on the device as a power cut does.
+            let copy = Arc::new(dev.durable_copy());
+            let copy_host = tempfile::tempdir().unwrap();
+            std::fs::copy(
+                &host_current,
+                copy_host.path().join(host_current.file_name().unwrap()),
+            )
+            .unwrap();
+            let recovered = mount(&copy, copy_host.path());
+            let got = read_all(&recovered, "CURRENT").unwrap();
+            assert!(
+                got.len() as u64 >= acked,
+                "round {round}: {} of {acked} acknowledged bytes recovered",
+                got.len()
+            );
+        }
+    });
 }

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::{DeviceError, Geometry, ZoneId, ZoneInfo, ZoneState, ZoneTable, ZonedDevice};
 
 /// One zone's bytes and what of it would survive a power failure.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct MemZone {
     /// Bytes written so far; a finished zone reads zeros past them.
     data: Vec<u8>,
@@ -65,6 +65,24 @@ impl MemoryDevice {
     /// could report.
     pub fn power_fail(&self) {
         self.power_fail_keeping(|_| false);
+    }
+
+    /// A new device holding what this one would hold if its power failed now, leaving
+    /// this one as it is: a crash test can look at what a store running on it has made
+    /// durable without stopping it.
+    pub fn durable_copy(&self) -> MemoryDevice {
+        let copy = {
+            let inner = self.lock();
+            MemoryDevice {
+                inner: Mutex::new(Inner {
+                    table: inner.table.clone(),
+                    zones: inner.zones.clone(),
+                }),
+                syncs: AtomicU64::new(0),
+            }
+        };
+        copy.power_fail();
+        copy
     }
 
     /// [`MemoryDevice::power_fail`], except that the zones `keep` picks keep what was

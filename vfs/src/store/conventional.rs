@@ -22,7 +22,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions};
 
 use super::state::{FileKind, Ino};
-use super::{Inner, Store};
+use super::{Inner, OpenFile, Store};
 use crate::hint::Class;
 use crate::{Error, Result};
 
@@ -31,10 +31,18 @@ pub struct ConventionalArea {
     dir: Dir,
     /// Inodes freed since the last commit; their host files go once the free is durable.
     freed: Vec<Ino>,
-    /// A host file was created since the directory was last synced.
-    dir_dirty: bool,
+    /// Host files created, and how many of them a completed directory sync covers. Counts,
+    /// not a flag: a sync that finds one in flight must make its own, not trust it.
+    dir_creates: u64,
+    dir_synced: u64,
     /// Opened by a read-only store: host files are opened for reading, never created.
     read_only: bool,
+}
+
+/// The area's directory to sync, and the count of host files created it covers.
+struct DirSync {
+    dir: File,
+    creates: u64,
 }
 
 impl ConventionalArea {
@@ -44,7 +52,8 @@ impl ConventionalArea {
         Ok(ConventionalArea {
             dir,
             freed: Vec::new(),
-            dir_dirty: false,
+            dir_creates: 0,
+            dir_synced: 0,
             read_only: false,
         })
     }
@@ -56,7 +65,8 @@ impl ConventionalArea {
             Ok(dir) => Ok(Some(ConventionalArea {
                 dir,
                 freed: Vec::new(),
-                dir_dirty: false,
+                dir_creates: 0,
+                dir_synced: 0,
                 read_only: true,
             })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -78,7 +88,7 @@ impl ConventionalArea {
             Err(e) if self.read_only => Err(e.into()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 opts.create(true);
-                self.dir_dirty = true;
+                self.dir_creates += 1;
                 Ok(self.dir.open_with(&name, &opts)?.into_std())
             }
             Err(e) => Err(e.into()),
@@ -103,15 +113,21 @@ impl ConventionalArea {
     }
 
     /// The directory to fsync so that created host files' entries are durable, if one was
-    /// created since the last such sync (the caller syncs it, and marks it dirty again if
-    /// that fails).
-    fn take_dir_to_sync(&mut self) -> Result<Option<File>> {
-        if !self.dir_dirty {
+    /// created since the last such sync completed, with the count it covers (for
+    /// [`ConventionalArea::dir_synced`] once it is done).
+    fn dir_to_sync(&self) -> Result<Option<DirSync>> {
+        if self.dir_creates == self.dir_synced {
             return Ok(None);
         }
         let dir = self.dir.open(".")?.into_std();
-        self.dir_dirty = false;
-        Ok(Some(dir))
+        Ok(Some(DirSync {
+            dir,
+            creates: self.dir_creates,
+        }))
+    }
+
+    fn dir_synced(&mut self, creates: u64) {
+        self.dir_synced = self.dir_synced.max(creates);
     }
 
     /// Cuts host files back to their recorded size (a crash between committing a truncate
@@ -230,9 +246,10 @@ impl Store {
         }
         let mut inner = self.lock()?;
         let grown = inner.grow_conventional(ino, end);
+        let tick = inner.touch();
         if let Some(of) = inner.open.get_mut(&ino) {
             of.writing = false;
-            of.host_dirty = true;
+            of.host_write_tick = tick;
         }
         drop(inner);
         self.notify();
@@ -241,28 +258,24 @@ impl Store {
     }
 
     /// Makes a conventional file's bytes durable (the fsync with the lock released) and
-    /// journals the size they reached when it began.
+    /// journals the size they reached when it began. A sync that finds another in flight
+    /// makes its own: the other may not be done (or journaled) when this one returns.
     pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
-        let (file, dir, size, shrinks) = {
+        let (file, dir, size, shrinks, tick) = {
             let mut inner = self.lock()?;
-            let dirty = inner.open.get(&ino).is_some_and(|o| o.host_dirty);
-            if !dirty {
+            if !inner.open.get(&ino).is_some_and(OpenFile::host_dirty) {
                 return Ok(());
             }
             let file = inner.host_file(ino)?;
             let dir = inner.host_dir_to_sync()?;
-            inner.open.get_mut(&ino).expect("open").host_dirty = false;
             let shrinks = inner.state.host_shrinks.get(&ino).copied();
-            (file, dir, inner.state.inode(ino)?.size, shrinks)
+            let size = inner.state.inode(ino)?.size;
+            (file, dir, size, shrinks, inner.touch())
         };
-        let synced = self.sync_host(&file, dir);
+        self.sync_host(&file, dir)?;
         self.with(|inner| {
-            if let Err(e) = synced {
-                // Not durable: the next sync must try again (and report again).
-                if let Some(of) = inner.open.get_mut(&ino) {
-                    of.host_dirty = true;
-                }
-                return Err(e);
+            if let Some(of) = inner.open.get_mut(&ino) {
+                of.host_sync_tick = of.host_sync_tick.max(tick);
             }
             if inner.state.host_shrinks.get(&ino).copied() != shrinks {
                 // A truncation came meanwhile: it synced the host file and journaled its
@@ -277,27 +290,30 @@ impl Store {
                 size,
                 mtime_ns: inode.mtime_ns,
             };
-            match inode.size > size {
-                true => inner.state.host_synced.insert(ino, size),
-                false => inner.state.host_synced.remove(&ino),
-            };
+            // A sync that began earlier may finish later: the synced size only grows, and
+            // with no entry all of the file was synced already.
+            if let Some(&synced) = inner.state.host_synced.get(&ino) {
+                match synced.max(size) {
+                    synced if synced >= inode.size => inner.state.host_synced.remove(&ino),
+                    synced => inner.state.host_synced.insert(ino, synced),
+                };
+            }
             inner.record(op)
         })
     }
 
     /// Syncs a host file, then the area's directory when a host file was made since it was
-    /// last synced (`dir`, from [`Inner::host_dir_to_sync`]); on failure the directory
-    /// stays to sync.
-    fn sync_host(&self, file: &File, dir: Option<File>) -> Result<()> {
-        let synced = file
-            .sync_data()
-            .and_then(|()| dir.as_ref().map_or(Ok(()), File::sync_all));
-        if synced.is_err() && dir.is_some() {
+    /// last synced (`dir`, from [`Inner::host_dir_to_sync`]). On failure nothing is marked
+    /// synced: the next sync tries again (and reports again).
+    fn sync_host(&self, file: &File, dir: Option<DirSync>) -> Result<()> {
+        file.sync_data()?;
+        if let Some(DirSync { dir, creates }) = dir {
+            dir.sync_all()?;
             if let Some(conv) = &mut self.lock()?.conv {
-                conv.dir_dirty = true;
+                conv.dir_synced(creates);
             }
         }
-        Ok(synced?)
+        Ok(())
     }
 
     /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set. A
@@ -396,9 +412,9 @@ impl Inner {
 
     /// The area's directory to sync with a host file, if a host file was made since it was
     /// last synced (see [`Store::sync_host`]).
-    fn host_dir_to_sync(&mut self) -> Result<Option<File>> {
-        match &mut self.conv {
-            Some(conv) => conv.take_dir_to_sync(),
+    fn host_dir_to_sync(&self) -> Result<Option<DirSync>> {
+        match &self.conv {
+            Some(conv) => conv.dir_to_sync(),
             None => Ok(None),
         }
     }
@@ -406,8 +422,9 @@ impl Inner {
     /// `ftruncate` of a conventional file: the host file.
     fn set_len_conventional_host(&mut self, ino: Ino, size: u64) -> Result<()> {
         self.host_file(ino)?.set_len(size)?;
+        let tick = self.touch();
         if let Some(of) = self.open.get_mut(&ino) {
-            of.host_dirty = true;
+            of.host_write_tick = tick;
         }
         Ok(())
     }

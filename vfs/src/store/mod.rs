@@ -296,8 +296,11 @@ struct OpenFile {
     /// Open host file of a conventional file (shared with the threads reading, writing or
     /// syncing it with the store lock released).
     host: Option<Arc<std::fs::File>>,
-    /// Bytes written to the host file since its last sync began.
-    host_dirty: bool,
+    /// `tick` of the last write or size change of the host file, and the newest `tick` a
+    /// completed host sync began at: bytes wait for a sync while the first is newer.
+    /// Ticks, not a flag: a sync that finds another in flight must make its own.
+    host_write_tick: u64,
+    host_sync_tick: u64,
 }
 
 impl OpenFile {
@@ -312,8 +315,14 @@ impl OpenFile {
             last_use: tick,
             unreported: 0,
             host: None,
-            host_dirty: false,
+            host_write_tick: 0,
+            host_sync_tick: 0,
         }
+    }
+
+    /// Holds host file bytes no completed sync covers.
+    fn host_dirty(&self) -> bool {
+        self.host_write_tick > self.host_sync_tick
     }
 
     /// Holds data that is not on the device yet.
@@ -1631,7 +1640,7 @@ impl Inner {
             .window
             .as_ref()
             .is_none_or(|w| !w.dirty || w.unsynced_from == u64::MAX);
-        window_synced && !of.host_dirty && of.inflight.iter().all(|d| !d.unsynced)
+        window_synced && !of.host_dirty() && of.inflight.iter().all(|d| !d.unsynced)
     }
 
     /// Lets go of a file nobody has open: its open state goes once nothing of it is left
