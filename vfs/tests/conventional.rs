@@ -4,20 +4,24 @@
 //! never read back as zeros.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
 use valet_vfs::{Error, Ino, OpenOptions, Store, StoreConfig};
 
 fn mount(dev: &Arc<MemoryDevice>, host: &Path) -> Store {
+    mount_on(dev.clone(), host)
+}
+
+fn mount_on(dev: Arc<dyn ZonedDevice>, host: &Path) -> Store {
     let config = StoreConfig {
         buffers: 8,
         buffer_size: 64 * 1024,
         conventional_dir: Some(host.to_path_buf()),
         ..Default::default()
     };
-    Store::open(dev.clone() as Arc<dyn ZonedDevice>, config).unwrap()
+    Store::open(dev, config).unwrap()
 }
 
 fn device() -> Arc<MemoryDevice> {
@@ -264,4 +268,142 @@ fn a_sync_does_not_trust_one_in_flight() {
             );
         }
     });
+}
+
+/// What a power cut now would leave of `dev` and the host directory `host`, mounted: the
+/// host files copied as they are (their bytes were synced before the store acknowledged
+/// them), then the device as its durable copy. A commit under way meanwhile removes a
+/// host file only once what frees it is durable, so the device's copy, taken after,
+/// never names a host file the copy missed.
+fn durable_copy(dev: &MemoryDevice, host: &Path) -> (Store, tempfile::TempDir) {
+    let copy_host = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(host).unwrap() {
+        let entry = entry.unwrap();
+        match std::fs::copy(entry.path(), copy_host.path().join(entry.file_name())) {
+            // Removed meanwhile, once its free was durable.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            copied => _ = copied.unwrap(),
+        }
+    }
+    let store = mount(&Arc::new(dev.durable_copy()), copy_host.path());
+    (store, copy_host)
+}
+
+/// Runs `f` while another thread commits over and over (a log appended and synced, as
+/// other tenants do); returns what `f` returned once that thread has stopped. `f` is given
+/// a count of the other thread's commits so far.
+fn with_commits_running<T>(store: &Store, f: impl FnOnce(&AtomicU64) -> T) -> T {
+    let stop = AtomicBool::new(false);
+    let commits = AtomicU64::new(0);
+    let (_, root) = store.tenant("app").unwrap();
+    let log = store
+        .open_file(root, "000001.log", OpenOptions::create())
+        .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                log.write_at(&[7; 100], 0).unwrap();
+                log.sync_data().unwrap();
+                commits.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        // Stops the other thread however this one ends (the scope waits for it).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        while commits.load(Ordering::SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+        f(&commits)
+    })
+}
+
+/// A rename over a conventional file frees the file it replaces; its host file goes only
+/// with the commit that makes the rename durable. A commit that was already under way
+/// when the rename came used to remove it as well, and a power cut then left the old name
+/// with its host file gone (its reads failing).
+#[test]
+fn a_commit_removes_only_the_host_files_its_record_frees() {
+    let host = tempfile::tempdir().unwrap();
+    let dev = device();
+    // A flush as long as a disk's, so that the rename comes while a commit is under way.
+    let store = mount_on(Arc::new(SlowFlush(dev.clone())), host.path());
+    let (_, root) = store.tenant("app").unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        f.write_at(bytes, 0).unwrap();
+        f.sync_all().unwrap();
+        f.close().unwrap();
+    };
+    write("CURRENT", b"MANIFEST-000000\n");
+    store.sync().unwrap();
+    for round in 1..=150 {
+        let old = format!("MANIFEST-{:06}\n", round - 1);
+        let new = format!("MANIFEST-{round:06}\n");
+        // Conventional files both (by their names), the one replaced by a rename as
+        // LevelDB and RocksDB replace their CURRENT.
+        write("LOG", new.as_bytes());
+        let (recovered, _host) = with_commits_running(&store, |commits| {
+            let before = commits.load(Ordering::SeqCst);
+            store.rename(root, "LOG", root, "CURRENT").unwrap();
+            // The commit under way as the rename came is done (the next, which may carry
+            // the rename, is under way now).
+            while commits.load(Ordering::SeqCst) <= before {
+                std::hint::spin_loop();
+            }
+            durable_copy(&dev, host.path())
+        });
+        match read_all(&recovered, "CURRENT") {
+            Ok(got) => assert!(
+                got == old.as_bytes() || got == new.as_bytes(),
+                "round {round}: CURRENT holds {got:?}"
+            ),
+            Err(e) => panic!("round {round}: CURRENT after a power cut: {e}"),
+        }
+        store.sync().unwrap();
+    }
+}
+
+/// A memory device whose flushes take a millisecond.
+struct SlowFlush(Arc<MemoryDevice>);
+
+impl ZonedDevice for SlowFlush {
+    fn geometry(&self) -> Geometry {
+        self.0.geometry()
+    }
+    fn report_zones(&self) -> Vec<ZoneInfo> {
+        self.0.report_zones()
+    }
+    fn zone_info(&self, zone: ZoneId) -> Result<ZoneInfo, DeviceError> {
+        self.0.zone_info(zone)
+    }
+    fn write(&self, zone: ZoneId, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.0.write(zone, offset, data)
+    }
+    fn append(&self, zone: ZoneId, data: &[u8]) -> Result<u64, DeviceError> {
+        self.0.append(zone, data)
+    }
+    fn read(&self, zone: ZoneId, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.0.read(zone, offset, buf)
+    }
+    fn reset(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.0.reset(zone)
+    }
+    fn finish(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.0.finish(zone)
+    }
+    fn open(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.0.open(zone)
+    }
+    fn close(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.0.close(zone)
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        self.0.sync()
+    }
 }

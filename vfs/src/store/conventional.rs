@@ -11,8 +11,16 @@
 //! shorter or missing was damaged on the host: its reads fail (EIO) rather than return
 //! zeros, and fsck names it.
 //!
+//! Syncs of one file may overlap (a guest's and the writeback round's): each makes its
+//! own unless a sync that began after the file's last write has completed, so none returns
+//! on the strength of one still in flight. A host fsync that fails is final for the file
+//! (Linux reports a failed writeback once and then calls the pages clean): its later syncs
+//! fail too, and fsck names it. A freed file's host file is removed by the commit whose
+//! record frees it, after that record's flush, never by one that was under way already.
+//!
 //! [`State::host_synced`]: super::state::State::host_synced
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -35,6 +43,10 @@ pub struct ConventionalArea {
     /// not a flag: a sync that finds one in flight must make its own, not trust it.
     dir_creates: u64,
     dir_synced: u64,
+    /// Files whose host fsync failed, with the error. Linux reports a failed writeback
+    /// once and then calls the pages clean, so a later fsync would succeed on bytes the
+    /// host lost: every later sync of the file fails instead, until it is removed.
+    failed: BTreeMap<Ino, String>,
     /// Opened by a read-only store: host files are opened for reading, never created.
     read_only: bool,
 }
@@ -54,6 +66,7 @@ impl ConventionalArea {
             freed: Vec::new(),
             dir_creates: 0,
             dir_synced: 0,
+            failed: BTreeMap::new(),
             read_only: false,
         })
     }
@@ -67,6 +80,7 @@ impl ConventionalArea {
                 freed: Vec::new(),
                 dir_creates: 0,
                 dir_synced: 0,
+                failed: BTreeMap::new(),
                 read_only: true,
             })),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -95,14 +109,23 @@ impl ConventionalArea {
         }
     }
 
-    /// Queues a freed inode's host file for removal after the next commit.
+    /// Queues a freed inode's host file for removal once its free is durable (see
+    /// [`ConventionalArea::take_freed`]).
     pub fn forget(&mut self, ino: Ino) {
         self.freed.push(ino);
+        self.failed.remove(&ino);
     }
 
-    /// Removes the host files of inodes whose free is now durable.
-    pub fn remove_freed(&mut self) -> Result<()> {
-        for ino in std::mem::take(&mut self.freed) {
+    /// The inodes freed so far, taken by a commit together with the pending operations
+    /// that free them: only those are durably free once its flush is done (ones freed
+    /// meanwhile are in the next record, and their host files wait for its commit).
+    pub fn take_freed(&mut self) -> Vec<Ino> {
+        std::mem::take(&mut self.freed)
+    }
+
+    /// Removes the host files of `inos`, whose free is now durable.
+    pub fn remove_freed(&mut self, inos: Vec<Ino>) -> Result<()> {
+        for ino in inos {
             match self.dir.remove_file(ino.to_string()) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -110,6 +133,11 @@ impl ConventionalArea {
             }
         }
         Ok(())
+    }
+
+    /// Gives back inodes a failed commit took (their host files wait for the next one).
+    pub fn give_back_freed(&mut self, inos: Vec<Ino>) {
+        self.freed.extend(inos);
     }
 
     /// The directory to fsync so that created host files' entries are durable, if one was
@@ -154,7 +182,7 @@ impl ConventionalArea {
     /// What is wrong with the host files of these conventional files of the given sizes:
     /// one missing or shorter than its file (see the module docs).
     pub fn damage(&self, files: impl Iterator<Item = (Ino, u64)>) -> Vec<String> {
-        let mut found = Vec::new();
+        let mut found: Vec<String> = self.failed.values().cloned().collect();
         for (ino, size) in files.filter(|&(_, size)| size > 0) {
             match self.dir.metadata(ino.to_string()) {
                 Ok(m) if m.len() < size => found.push(short(ino, m.len(), size)),
@@ -178,6 +206,23 @@ impl ConventionalArea {
             }
         }
         Ok(())
+    }
+}
+
+impl ConventionalArea {
+    /// The error every sync of `ino` returns once a sync of its host file failed.
+    pub(super) fn failure(&self, ino: Ino) -> Option<Error> {
+        let why = self.failed.get(&ino)?;
+        Some(Error::Io(std::io::Error::other(why.clone())))
+    }
+
+    fn note_failure(&mut self, ino: Ino, e: &std::io::Error) {
+        self.failed.entry(ino).or_insert_with(|| {
+            format!(
+                "conventional file {ino}: a sync of its host file failed ({e}): what was \
+                 written since its last good sync may be lost"
+            )
+        });
     }
 }
 
@@ -263,6 +308,9 @@ impl Store {
     pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
         let (file, dir, size, shrinks, tick) = {
             let mut inner = self.lock()?;
+            if let Some(e) = inner.conv.as_ref().and_then(|c| c.failure(ino)) {
+                return Err(e);
+            }
             if !inner.open.get(&ino).is_some_and(OpenFile::host_dirty) {
                 return Ok(());
             }
@@ -272,11 +320,14 @@ impl Store {
             let size = inner.state.inode(ino)?.size;
             (file, dir, size, shrinks, inner.touch())
         };
-        self.sync_host(&file, dir)?;
+        self.sync_host(ino, &file, dir)?;
         self.with(|inner| {
             if let Some(of) = inner.open.get_mut(&ino) {
                 of.host_sync_tick = of.host_sync_tick.max(tick);
             }
+            // A file closed while it still had bytes to sync (its close's sync failed)
+            // is let go now.
+            inner.settle_closed(ino)?;
             if inner.state.host_shrinks.get(&ino).copied() != shrinks {
                 // A truncation came meanwhile: it synced the host file and journaled its
                 // size itself, which keeps all of what this sync was to keep that it did
@@ -302,18 +353,31 @@ impl Store {
         })
     }
 
-    /// Syncs a host file, then the area's directory when a host file was made since it was
-    /// last synced (`dir`, from [`Inner::host_dir_to_sync`]). On failure nothing is marked
-    /// synced: the next sync tries again (and reports again).
-    fn sync_host(&self, file: &File, dir: Option<DirSync>) -> Result<()> {
-        file.sync_data()?;
-        if let Some(DirSync { dir, creates }) = dir {
-            dir.sync_all()?;
-            if let Some(conv) = &mut self.lock()?.conv {
-                conv.dir_synced(creates);
+    /// Syncs `ino`'s host file, then the area's directory when a host file was made since
+    /// it was last synced (`dir`, from [`Inner::host_dir_to_sync`]). On failure nothing is
+    /// marked synced, and the file's syncs fail from then on (see
+    /// [`ConventionalArea::failed`]).
+    fn sync_host(&self, ino: Ino, file: &File, dir: Option<DirSync>) -> Result<()> {
+        let synced = file.sync_data().and_then(|()| match &dir {
+            Some(DirSync { dir, .. }) => dir.sync_all(),
+            None => Ok(()),
+        });
+        let mut inner = self.lock()?;
+        let Some(conv) = &mut inner.conv else {
+            return Ok(synced?);
+        };
+        match synced {
+            Ok(()) => {
+                if let Some(DirSync { creates, .. }) = dir {
+                    conv.dir_synced(creates);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                conv.note_failure(ino, &e);
+                Err(e.into())
             }
         }
-        Ok(())
     }
 
     /// [`Store::set_len`] of a conventional file, with the file's `writing` flag set. A
@@ -324,9 +388,13 @@ impl Store {
     pub(super) fn change_len_conventional(&self, ino: Ino, size: u64) -> Result<()> {
         let shrinking = self.with(|inner| Ok(size < inner.state.inode(ino)?.size))?;
         if shrinking {
-            let (file, dir) =
-                self.with(|inner| Ok((inner.host_file(ino)?, inner.host_dir_to_sync()?)))?;
-            self.sync_host(&file, dir)?;
+            let (file, dir) = self.with(|inner| {
+                if let Some(e) = inner.conv.as_ref().and_then(|c| c.failure(ino)) {
+                    return Err(e);
+                }
+                Ok((inner.host_file(ino)?, inner.host_dir_to_sync()?))
+            })?;
+            self.sync_host(ino, &file, dir)?;
             self.with(|inner| inner.set_len_conventional(ino, size))?;
             self.commit()?;
             self.with(|inner| inner.set_len_conventional_host(ino, size))
@@ -427,5 +495,130 @@ impl Inner {
             of.host_write_tick = tick;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{Geometry, MemoryDevice};
+    use crate::{OpenOptions, StoreConfig};
+
+    fn device() -> Arc<MemoryDevice> {
+        let geometry = Geometry {
+            zone_count: 16,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 5,
+        };
+        Arc::new(MemoryDevice::new(geometry).unwrap())
+    }
+
+    fn config(host: &Path) -> StoreConfig {
+        StoreConfig {
+            conventional_dir: Some(host.to_path_buf()),
+            ..Default::default()
+        }
+    }
+
+    /// Notes a failed host fsync of `name`, as `sync_host` notes a real one (no file
+    /// system here fails an fsync on demand).
+    fn fail_host_sync(store: &Store, root: Ino, name: &str) {
+        let ino = store.lookup(root, name).unwrap();
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        store
+            .lock()
+            .unwrap()
+            .conv
+            .as_mut()
+            .unwrap()
+            .note_failure(ino, &eio);
+    }
+
+    /// A failed host fsync is not retried into a success: Linux reports a failed writeback
+    /// once, so every later sync of the file fails, its close too, and fsck names it until
+    /// the file is removed.
+    #[test]
+    fn a_failed_host_sync_fails_every_later_sync_of_the_file() {
+        let host = tempfile::tempdir().unwrap();
+        let store = Store::open(device(), config(host.path())).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let f = store
+            .open_file(root, "CURRENT", OpenOptions::create())
+            .unwrap();
+        f.write_at(b"MANIFEST-000001\n", 0).unwrap();
+        f.sync_all().unwrap();
+        f.write_at(b"MANIFEST-000002\n", 0).unwrap();
+        fail_host_sync(&store, root, "CURRENT");
+        let failed = |r: Result<()>| match r {
+            Err(e) => {
+                assert_eq!(e.errno(), libc::EIO, "{e}");
+                assert!(e.to_string().contains("may be lost"), "{e}");
+            }
+            Ok(()) => panic!("a sync after a failed one succeeded"),
+        };
+        failed(f.sync_data());
+        failed(f.sync_all());
+        failed(f.close());
+        let f = store
+            .open_file(root, "CURRENT", OpenOptions::read())
+            .unwrap();
+        failed(f.sync_all());
+        drop(f);
+        let report = store.fsck().unwrap();
+        assert!(report.is_consistent(), "{}", report.findings());
+        assert_eq!(report.damaged.len(), 1, "{}", report.findings());
+        assert!(report.damaged[0].contains("a sync of its host file failed"));
+        // Gone with the file.
+        store.unlink(root, "CURRENT").unwrap();
+        store.sync().unwrap();
+        let report = store.fsck().unwrap();
+        assert!(report.is_clean(), "{}", report.findings());
+    }
+
+    /// One file's failure does not stop the writeback rounds for the others (it used to end
+    /// the writeback thread: nothing written after it reached the device until a sync).
+    #[test]
+    fn writeback_goes_on_past_one_files_failure() {
+        let host = tempfile::tempdir().unwrap();
+        let dev = device();
+        let writing_back = StoreConfig {
+            writeback: Some(std::time::Duration::from_millis(5)),
+            ..config(host.path())
+        };
+        let store = Store::open(dev.clone(), writing_back).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let current = store
+            .open_file(root, "CURRENT", OpenOptions::create())
+            .unwrap();
+        current.write_at(b"MANIFEST-000001\n", 0).unwrap();
+        fail_host_sync(&store, root, "CURRENT");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let log = store
+            .open_file(root, "000003.log", OpenOptions::create())
+            .unwrap();
+        log.write_at(&[7; 3000], 0).unwrap();
+        // A power cut once some rounds have passed finds the log's bytes (never synced).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let copy = Arc::new(dev.durable_copy());
+            let copy_host = tempfile::tempdir().unwrap();
+            let recovered = Store::open(copy, config(copy_host.path())).unwrap();
+            let (_, root) = recovered.tenant("app").unwrap();
+            let size = recovered
+                .lookup(root, "000003.log")
+                .and_then(|ino| recovered.metadata(ino))
+                .map_or(0, |m| m.size);
+            if size == 3000 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log's bytes never reached the device: writeback stopped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

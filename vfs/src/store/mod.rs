@@ -790,12 +790,17 @@ impl Store {
     fn lead_commit(&self, asker: Asker) -> Led {
         let mut journal = self.shared.commit.journal();
         let mut upto = 0;
-        // The zones this commit takes to reset, given back if it fails.
+        // The zones this commit takes to reset, and the conventional files whose host files
+        // it removes, given back if it fails.
         let mut taken = BTreeSet::new();
+        let mut freed = Vec::new();
         let mut run = || -> Result<()> {
             let (record, snapshot, resets) = {
                 let mut inner = self.lock()?;
                 upto = inner.changes;
+                if let Some(conv) = &mut inner.conv {
+                    freed = conv.take_freed();
+                }
                 let resets = match asker {
                     Asker::Store => std::mem::take(&mut inner.to_reset),
                     Asker::Sync => {
@@ -866,7 +871,7 @@ impl Store {
                 }
                 inner.undurable.retain(|_, change| *change > upto);
                 if let Some(conv) = &mut inner.conv {
-                    conv.remove_freed()?;
+                    conv.remove_freed(std::mem::take(&mut freed))?;
                 }
                 inner.durable_dead.extend(resets);
                 inner.defrag_wanted(false)
@@ -883,6 +888,9 @@ impl Store {
                 // The zones this commit took wait for the next one (only those: others
                 // in `resetting` are another commit's, perhaps being reset now).
                 if let Ok(mut inner) = self.lock() {
+                    if let Some(conv) = &mut inner.conv {
+                        conv.give_back_freed(freed);
+                    }
                     for zone in taken {
                         if inner.resetting.remove(&zone) {
                             inner.durable_dead.remove(&zone);
@@ -1656,7 +1664,11 @@ impl Inner {
         }
         let inode = self.state.inode(ino)?;
         let (tenant, size, nlink) = (inode.tenant, inode.size, inode.nlink);
-        if nlink > 0 && of.has_unwritten() {
+        // A conventional file whose close could not sync it stays for the next sync to try
+        // again (the writeback round's, the unmount's), unless its host file's sync failed:
+        // then nothing can make those bytes durable, and each sync of it says so.
+        let failed = self.conv.as_ref().is_some_and(|c| c.failure(ino).is_some());
+        if nlink > 0 && (of.has_unwritten() || (of.host_dirty() && !failed)) {
             return Ok(false);
         }
         let of = self.open.remove(&ino).expect("checked above");

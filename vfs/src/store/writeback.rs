@@ -11,7 +11,8 @@
 //!
 //! Two kinds of round, on one thread at background priority (a non-user handle, stopped
 //! before the store's other threads when it closes). Each does nothing when nothing is
-//! unsynced, and a failure is left for the next sync of a guest to report.
+//! unsynced, and a failure is left for the next sync of a guest to report (one file's
+//! failure for that file's; only a stopped store ends the thread).
 //!
 //! - **A hand-off** writes the unsynced bytes of every open zoned file not written since the
 //!   last round to the device as an fsync would (small tails inline in the journal, larger
@@ -86,8 +87,9 @@ fn run(store: Store, writeback: Option<Duration>, handoff: Option<Duration>) {
             }
             false => store.hand_off(),
         };
-        // A failure stopped the store or failed a commit: the guests' next calls say so.
-        if round.is_err() {
+        // A failed commit stopped the store: the guests' next calls say so. Any other
+        // failure was one file's, and stays with it (see `sync_files`).
+        if let Err(Error::Stopped(_)) = round {
             return;
         }
     }
@@ -194,12 +196,15 @@ impl Store {
     }
 
     /// Writes the unsynced bytes of `inos` to the device as an fsync would, without a commit.
+    /// One file's failure does not hold the others up: it stays with the file (its buffers
+    /// queued with their error, its host file's failed sync) for the file's own next sync
+    /// to report.
     fn sync_files(&self, inos: Vec<Ino>) -> Result<()> {
         for ino in inos {
-            match self.work_for_file(ino, || self.sync_file(ino)) {
-                // Closed and settled, or removed, since the list was taken.
-                Err(Error::NotFound | Error::BadHandle) => {}
-                other => other?,
+            // Other errors: closed and settled, or removed, since the list was taken; or
+            // this file's own failure.
+            if let Err(e @ Error::Stopped(_)) = self.work_for_file(ino, || self.sync_file(ino)) {
+                return Err(e);
             }
         }
         Ok(())
