@@ -6,7 +6,7 @@
 //! size in memory only; a sync records the size the file had when its host fsync began,
 //! once that fsync is done (writes go on meanwhile); a truncation to a smaller size syncs
 //! the host file before it records the new size; checkpoints and time changes record at
-//! most the size last synced ([`State::host_synced`]). So after any crash a host file is at
+//! most the size last synced ([`State::recorded_sizes`]). So after any crash a host file is at
 //! least as long as its recorded size (mount cuts off what is past it), and one that is
 //! shorter or missing was damaged on the host: its reads fail (EIO) rather than return
 //! zeros, and fsck names it.
@@ -18,7 +18,7 @@
 //! fail too, and fsck names it. A freed file's host file is removed by the commit whose
 //! record frees it, after that record's flush, never by one that was under way already.
 //!
-//! [`State::host_synced`]: super::state::State::host_synced
+//! [`State::recorded_sizes`]: super::state::State::recorded_sizes
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -341,14 +341,7 @@ impl Store {
                 size,
                 mtime_ns: inode.mtime_ns,
             };
-            // A sync that began earlier may finish later: the synced size only grows, and
-            // with no entry all of the file was synced already.
-            if let Some(&synced) = inner.state.host_synced.get(&ino) {
-                match synced.max(size) {
-                    synced if synced >= inode.size => inner.state.host_synced.remove(&ino),
-                    synced => inner.state.host_synced.insert(ino, synced),
-                };
-            }
+            // The record moves the recordable size up to it (see `State::size_recorded`).
             inner.record(op)
         })
     }
@@ -444,11 +437,7 @@ impl Inner {
     /// A conventional file's size grown to at least `end` by bytes now in its host file,
     /// not yet synced: a journal record claims no more than the size before.
     fn grow_conventional(&mut self, ino: Ino, end: u64) -> Result<()> {
-        let size = self.state.inode(ino)?.size;
-        if end > size {
-            self.state.host_synced.entry(ino).or_insert(size);
-        }
-        self.state.grow(ino, end)?.mtime_ns = super::now_ns();
+        self.state.grow_unrecorded(ino, end)?.mtime_ns = super::now_ns();
         Ok(())
     }
 
@@ -458,13 +447,13 @@ impl Inner {
         let now = super::now_ns();
         let old = self.state.inode(ino)?.size;
         if size > old {
-            self.state.host_synced.entry(ino).or_insert(old);
+            self.state.recorded_sizes.entry(ino).or_insert(old);
         }
         let inode = self.state.set_size(ino, size)?;
         inode.mtime_ns = now;
         inode.ctime_ns = now;
         if size < old {
-            self.state.host_synced.remove(&ino);
+            self.state.recorded_sizes.remove(&ino);
             *self.state.host_shrinks.entry(ino).or_default() += 1;
             let op = super::state::MetaOp::SetAttr {
                 ino,

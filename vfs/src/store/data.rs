@@ -184,7 +184,7 @@ impl Store {
                     w.wrote(pos, n);
                     let full = w.len == buf_size as usize;
                     of.unreported += n as u64;
-                    inner.state.grow(ino, pos + n as u64)?.mtime_ns = now_ns();
+                    inner.state.grow_unrecorded(ino, pos + n as u64)?.mtime_ns = now_ns();
                     done += n;
                     if full {
                         // A full window ends on a block boundary: nothing to pad.
@@ -1150,7 +1150,7 @@ impl Inner {
         w.buf[at..at + data.len()].copy_from_slice(data);
         w.wrote(offset, data.len());
         of.unreported += data.len() as u64;
-        self.state.grow(ino, end)?.mtime_ns = now_ns();
+        self.state.grow_unrecorded(ino, end)?.mtime_ns = now_ns();
         Ok(true)
     }
 

@@ -1624,6 +1624,9 @@ impl Inner {
             return Err(Error::ReadOnly);
         }
         self.state.apply(&op)?;
+        if let Some((ino, size)) = op.claimed_size() {
+            self.state.size_recorded(ino, size);
+        }
         self.changes += 1;
         for ino in op.inodes().into_iter().flatten() {
             self.undurable.insert(ino, self.changes);
@@ -1778,9 +1781,9 @@ impl Inner {
             ctime_ns: now_ns(),
         };
         self.record(op)?;
-        // A conventional file keeps the bytes it took since its last sync: only the record
-        // holds the size synced.
-        self.state.grow(ino, size)?;
+        // The file keeps the bytes no record covers yet: only the record holds the size
+        // recordable.
+        self.state.grow_unrecorded(ino, size)?;
         Ok(())
     }
 

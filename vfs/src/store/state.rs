@@ -154,6 +154,16 @@ pub enum MetaOp {
 }
 
 impl MetaOp {
+    /// The size this operation claims for a file, if it claims one.
+    pub fn claimed_size(&self) -> Option<(Ino, u64)> {
+        match self {
+            MetaOp::Extend { ino, size, .. }
+            | MetaOp::Inline { ino, size, .. }
+            | MetaOp::SetAttr { ino, size, .. } => Some((*ino, *size)),
+            _ => None,
+        }
+    }
+
     /// The inodes whose contents, attributes or entries this operation changes (a link
     /// changes both the directory and the file it names). Operations on zones and tenants
     /// change none: the operations that depend on them follow them in the journal.
@@ -216,11 +226,14 @@ pub struct State {
     /// ([`State::set_size`], on every write: an index, not a hash), so a quota or a scrape
     /// reads it without walking the inodes.
     pub bytes_of: Vec<u64>,
-    /// Conventional files whose size ran ahead of what their host files hold durably, with
-    /// the size each held when last synced: the most a journal record may claim for it,
-    /// so that a recovered size never reaches past the host file's end (one that does is
-    /// damage, see [`super::conventional`]).
-    pub host_synced: super::IntMap<Ino, u64>,
+    /// Files grown in memory past what a record may claim yet, with the most it may: a
+    /// zoned file's bytes in its write buffers, not on the device, or a conventional file's
+    /// not synced on the host. Checkpoints and time changes record at most this size, so a
+    /// crash never leaves a size whose tail reads as zeros (for a conventional file, one
+    /// past its host file's end, which is damage, see [`super::conventional`]). A record
+    /// that claims more (a flush's `Extend`, an `Inline` sync, a truncation) moves it up,
+    /// and one that claims the whole size ends it (see [`State::size_recorded`]).
+    pub recorded_sizes: super::IntMap<Ino, u64>,
     /// How many times each conventional file was truncated to a smaller size while
     /// mounted: a sync that a truncation overtook records nothing of its own.
     pub host_shrinks: super::IntMap<Ino, u64>,
@@ -264,7 +277,7 @@ impl State {
             extents: 0,
             entries_of: HashMap::new(),
             bytes_of: Vec::new(),
-            host_synced: Default::default(),
+            recorded_sizes: Default::default(),
             host_shrinks: Default::default(),
         }
     }
@@ -391,7 +404,7 @@ impl State {
                 self.names.remove(ino);
                 self.inline.remove(*ino);
                 self.symlinks.remove(ino);
-                self.host_synced.remove(ino);
+                self.recorded_sizes.remove(ino);
                 self.host_shrinks.remove(ino);
                 self.extents -= inode.extents.len();
                 for (_, ext) in inode.extents.iter() {
@@ -549,7 +562,7 @@ impl State {
                     gen: p.gen,
                     offset: p.offset,
                     data: p.data.clone(),
-                    size: inode.size,
+                    size: self.recordable_size(ino, inode),
                     mtime_ns: inode.mtime_ns,
                 });
             }
@@ -563,12 +576,40 @@ impl State {
         ops
     }
 
-    /// The size a journal record may give `inode`: for a conventional file grown since it
-    /// was last synced, the size it had then (see [`State::host_synced`]).
+    /// The size a journal record may give `inode` (see [`State::recorded_sizes`]).
     pub fn recordable_size(&self, ino: Ino, inode: &Inode) -> u64 {
-        match self.host_synced.get(&ino) {
-            Some(&synced) => inode.size.min(synced),
+        match self.recorded_sizes.get(&ino) {
+            Some(&recordable) => inode.size.min(recordable),
             None => inode.size,
+        }
+    }
+
+    /// Grows `ino` to at least `end` by bytes no record covers yet: records claim at most
+    /// the size before until one covers them (see [`State::recorded_sizes`]).
+    pub fn grow_unrecorded(&mut self, ino: Ino, end: u64) -> Result<&mut Inode> {
+        let size = self.inode(ino)?.size;
+        if end > size {
+            self.recorded_sizes.entry(ino).or_insert(size);
+        }
+        self.grow(ino, end)
+    }
+
+    /// A record claimed `size` for `ino`, applied already. Records of one file may come out
+    /// of the order their bytes were written in (a sync that began earlier finishing
+    /// later), so the recordable size only grows; with no entry the whole size is
+    /// recordable already.
+    pub fn size_recorded(&mut self, ino: Ino, size: u64) {
+        let Some(&recordable) = self.recorded_sizes.get(&ino) else {
+            return;
+        };
+        let recordable = recordable.max(size);
+        match self.inodes.get(&ino) {
+            Some(inode) if recordable < inode.size => {
+                self.recorded_sizes.insert(ino, recordable);
+            }
+            _ => {
+                self.recorded_sizes.remove(&ino);
+            }
         }
     }
 
