@@ -131,3 +131,65 @@ fn a_close_whose_flush_fails_returns_eio_to_the_guest() {
         other => panic!("failing close: {other:?} (want EIO, 29)"),
     }
 }
+
+/// Opens `/data/f`, writes "hello" and exits 1 with the file still open.
+const LEAVES_OPEN: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "f")
+  (data (i32.const 16) "hello")
+  (func (export "_start")
+    (drop (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1)
+      (i32.const 9) (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 32)))
+    (i32.store (i32.const 40) (i32.const 16))
+    (i32.store (i32.const 44) (i32.const 5))
+    (drop (call $write (i32.load (i32.const 32)) (i32.const 40) (i32.const 1) (i32.const 48)))
+    (call $exit (i32.const 1))))"#;
+
+/// A guest that exits with an error code leaving a file open whose close fails keeps its
+/// exit code, and its stderr says what was lost (the failure used to go unreported
+/// whenever the guest's own exit was not 0; under the node agent no later unmount says it
+/// either).
+#[test]
+fn a_failed_close_at_a_guests_failing_exit_is_on_its_stderr() {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 4 << 20,
+        zone_capacity: 4 << 20,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    };
+    let device = Arc::new(FailingDevice {
+        inner: MemoryDevice::new(geometry).unwrap(),
+        failing: AtomicBool::new(false),
+    });
+    let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+    let (_, root) = store.tenant("t").unwrap();
+    store.sync().unwrap();
+    device.failing.store(true, Ordering::SeqCst);
+    let engine = host::engine(host::Stopping::NoChecks).unwrap();
+    let module = wasmtime::Module::new(&engine, wat::parse_str(LEAVES_OPEN).unwrap()).unwrap();
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let spec = GuestSpec {
+        args: vec!["leaves-open".into()],
+        preopens: vec![Preopen::Store {
+            ino: root,
+            guest_path: "/data".into(),
+        }],
+        stdio: [None, None, Some(Arc::new(stderr.reopen().unwrap()))],
+        ..GuestSpec::default()
+    };
+    match host::run(&engine, &module, &spec, &store).unwrap() {
+        GuestExit::Code(1) => {}
+        other => panic!("{other:?} (want the guest's own exit code, 1)"),
+    }
+    let said = std::fs::read_to_string(stderr.path()).unwrap();
+    assert!(
+        said.contains("closing the files the guest left open: errno 29"),
+        "stderr: {said:?}"
+    );
+}

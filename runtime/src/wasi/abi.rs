@@ -177,8 +177,14 @@ pub mod fstflags {
 
 /// `rights` (only the bits this host looks at or reports).
 pub mod rights {
+    pub const FD_DATASYNC: u64 = 1;
     pub const FD_READ: u64 = 1 << 1;
     pub const FD_WRITE: u64 = 1 << 6;
+    pub const FD_ALLOCATE: u64 = 1 << 8;
+    pub const FD_FILESTAT_SET_SIZE: u64 = 1 << 22;
+    /// The rights any one of which makes an opened file writable, as wasmtime's preview1
+    /// decides (wasi-libc gives all four for `O_WRONLY` and `O_RDWR`, none for `O_RDONLY`).
+    pub const WRITES: u64 = FD_DATASYNC | FD_WRITE | FD_ALLOCATE | FD_FILESTAT_SET_SIZE;
     /// Every right defined by preview1 (bits 0..=29).
     pub const ALL: u64 = (1 << 30) - 1;
 }

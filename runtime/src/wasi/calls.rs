@@ -667,7 +667,12 @@ fn fd_fdstat_set_flags(w: &WasiCtx, fd: u32, flags: u16) -> R<()> {
         Kind::Listener(l) => l.set_nonblocking(flags & fdflags::NONBLOCK != 0)?,
         _ => return Err(Errno::BADF),
     }
-    d.flags.store(flags, Ordering::Relaxed);
+    // As Linux's F_SETFL, which changes the append and non-blocking flags only: a
+    // descriptor opened O_DSYNC or O_SYNC stays so (storing the new flags whole used to
+    // turn sync-on-write off without a word).
+    let kept = fdflags::DSYNC | fdflags::RSYNC | fdflags::SYNC;
+    d.flags
+        .store(flags & !kept | d.flags() & kept, Ordering::Relaxed);
     Ok(())
 }
 
@@ -707,14 +712,12 @@ fn put_filestat(m: &GuestMem, out: u32, st: &Filestat) -> R<()> {
 }
 
 fn set_size(d: &Desc, size: u64) -> R<()> {
+    if !d.write {
+        return Err(Errno::BADF);
+    }
     match &d.kind {
         Kind::StoreFile(f) => Ok(f.handle.set_len(size)?),
-        Kind::HostFile(f) => {
-            if !d.write {
-                return Err(Errno::BADF);
-            }
-            Ok(f.file.set_len(size)?)
-        }
+        Kind::HostFile(f) => Ok(f.file.set_len(size)?),
         _ => Err(Errno::BADF),
     }
 }
@@ -805,9 +808,11 @@ fn fd_read(
             if !d.read {
                 return Err(Errno::BADF);
             }
+            m.check_iovecs(iovs, n)?;
             let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
-                let (buf, len) = m.iovec(iovs, i)?;
+                let (buf, whole) = m.iovec(iovs, i)?;
+                let len = m.room(total, whole);
                 let got = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
                     match &d.kind {
                         Kind::StoreFile(f) => Ok(f.handle.read_at(b, at)?),
@@ -822,7 +827,7 @@ fn fd_read(
                 };
                 total += got as u32;
                 at += got as u64;
-                if got < len as usize {
+                if got < whole as usize {
                     break;
                 }
             }
@@ -838,13 +843,15 @@ fn fd_read(
                 Kind::Stream(s) => s.as_raw_fd(),
                 _ => w.stdio_fd(0),
             };
+            m.check_iovecs(iovs, n)?;
             wait_unless_nonblocking(w, &d, host_fd)?;
             // One read into the first non-empty buffer, as a pipe or socket gives.
             for i in 0..n {
-                let (buf, len) = m.iovec(iovs, i)?;
-                if len == 0 {
+                let (buf, whole) = m.iovec(iovs, i)?;
+                if whole == 0 {
                     continue;
                 }
+                let len = m.room(0, whole);
                 total = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
                     match &d.kind {
                         Kind::Stdin => Ok(w.stdin_read(b)?),
@@ -938,9 +945,14 @@ fn fd_write(
     let mut total = 0u32;
     match &d.kind {
         Kind::StoreFile(f) => {
+            if !d.write {
+                return Err(Errno::BADF);
+            }
+            m.check_iovecs(iovs, n)?;
             let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
-                let (buf, len) = m.iovec(iovs, i)?;
+                let (buf, whole) = m.iovec(iovs, i)?;
+                let len = m.room(total, whole);
                 let data = m.bytes(buf, len, scratch)?;
                 // Every byte is charged at first; past the limit only what the write adds
                 // to the file's size is (an overwrite in place needs no more room).
@@ -963,6 +975,9 @@ fn fd_write(
                     Err(_) => break,
                 }
                 total += len;
+                if len < whole {
+                    break;
+                }
             }
             if let Some(pos) = held.as_deref_mut() {
                 *pos = at;
@@ -976,9 +991,11 @@ fn fd_write(
             // an O_APPEND file, stock, and the store's append handles do), through the
             // kernel's append, so concurrent appenders never write over each other.
             let append = d.flags() & fdflags::APPEND != 0;
+            m.check_iovecs(iovs, n)?;
             let (mut held, mut at) = d.start_at(offset);
             for i in 0..n {
-                let (buf, len) = m.iovec(iovs, i)?;
+                let (buf, whole) = m.iovec(iovs, i)?;
+                let len = m.room(total, whole);
                 let data = m.bytes(buf, len, scratch)?;
                 let written = match append {
                     true => f.append(data).map(|end| at = end),
@@ -994,6 +1011,9 @@ fn fd_write(
                     Err(_) => break,
                 }
                 total += len;
+                if len < whole {
+                    break;
+                }
             }
             if let Some(pos) = held.as_deref_mut() {
                 *pos = at;
@@ -1003,8 +1023,10 @@ fn fd_write(
             if offset.is_some() {
                 return Err(Errno::SPIPE);
             }
+            m.check_iovecs(iovs, n)?;
             for i in 0..n {
-                let (buf, len) = m.iovec(iovs, i)?;
+                let (buf, whole) = m.iovec(iovs, i)?;
+                let len = m.room(total, whole);
                 let data = m.bytes(buf, len, scratch)?;
                 let r = match &d.kind {
                     Kind::Stdout => w.stdio_write(1, data),
@@ -1016,6 +1038,9 @@ fn fd_write(
                     Ok(()) => total += len,
                     Err(e) if total == 0 => return Err(e),
                     Err(_) => break,
+                }
+                if len < whole {
+                    break;
                 }
             }
         }
@@ -1221,9 +1246,11 @@ fn path_open(
         return Err(Errno::INVAL);
     }
     // What wasmtime's preview1 opens for: creating or truncating writes; no write right
-    // means read. Append alone does not make a descriptor writable (POSIX's O_RDONLY |
-    // O_APPEND: its writes fail with EBADF).
+    // means read. The descriptor writes only with a write right, though: POSIX's
+    // O_RDONLY | O_CREAT (a lock file's open) gives one whose writes fail with EBADF, and
+    // so does O_RDONLY | O_APPEND.
     let write = base & rights::FD_WRITE != 0 || of & (oflags::CREAT | oflags::TRUNC) != 0;
+    let writable = write && base & rights::WRITES != 0;
     let read = base & rights::FD_READ != 0 || !write;
     let append = fdf & fdflags::APPEND != 0;
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
@@ -1234,7 +1261,7 @@ fn path_open(
     let is_dir = matches!(kind, Kind::StoreDir(_) | Kind::HostDir(_));
     let mut desc = Desc::new(kind, if is_dir { 0 } else { fdf });
     desc.read = read || is_dir;
-    desc.write = write && !is_dir;
+    desc.write = writable && !is_dir;
     w.table().push(Arc::new(desc))
 }
 
@@ -1272,10 +1299,17 @@ fn path_symlink(m: &GuestMem, w: &WasiCtx, old: u32, oldl: u32, fd: u32, p: u32,
 }
 
 fn random_get(m: &GuestMem, scratch: &mut Vec<u8>, buf: u32, len: u32) -> R<()> {
-    m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
-        getrandom::fill(b).map_err(|_| Errno::IO)?;
-        Ok(b.len())
-    })?;
+    m.array(buf, len, 1)?;
+    // All of it, a piece at a time through a shared memory's scratch.
+    let mut done = 0;
+    while done < len {
+        let piece = m.room(0, len - done);
+        m.fill(buf + done, piece, scratch, |b: &mut [u8]| -> R<usize> {
+            getrandom::fill(b).map_err(|_| Errno::IO)?;
+            Ok(b.len())
+        })?;
+        done += piece;
+    }
     Ok(())
 }
 
@@ -1317,11 +1351,13 @@ fn sock_recv(
     // WAITALL on a blocking socket: received piece by piece, each wait for more where a
     // stopped guest is woken (a peer that sends part and stalls cannot hold it).
     let waitall = flags & WAITALL != 0 && flags & PEEK == 0 && d.flags() & fdflags::NONBLOCK == 0;
+    m.check_iovecs(iovs, n)?;
     for i in 0..n {
-        let (buf, len) = m.iovec(iovs, i)?;
-        if len == 0 {
+        let (buf, whole) = m.iovec(iovs, i)?;
+        if whole == 0 {
             continue;
         }
+        let len = m.room(0, whole);
         let got = m.fill(buf, len, scratch, |b: &mut [u8]| -> R<usize> {
             if waitall {
                 return recv_all(w, s.as_raw_fd(), b);

@@ -11,6 +11,18 @@
 
 use super::abi::Errno;
 
+/// Most buffers one vectored call takes (Linux's `UIO_MAXIOV`): more is EINVAL.
+pub const IOV_MAX: u32 = 1024;
+
+/// Most bytes one call moves (Linux's `MAX_RW_COUNT`): more is a short transfer, and the
+/// count always fits the guest's `ssize_t`.
+pub const MAX_RW: u32 = 0x7fff_f000;
+
+/// Most bytes one call moves through the scratch copy of a shared memory: a larger
+/// transfer is short, so that no guest length sizes a host allocation (with many threads
+/// and a large memory, a copy each the size of the memory could exhaust the host).
+pub const SHARED_MAX: u32 = 16 << 20;
+
 /// One call's view of the guest's memory.
 pub struct GuestMem {
     base: *mut u8,
@@ -117,6 +129,31 @@ impl GuestMem {
     #[inline]
     pub fn put_u64(&self, ptr: u32, v: u64) -> Result<(), Errno> {
         self.store(ptr, v.to_le_bytes())
+    }
+
+    /// Checks an iovec array before any byte moves, as Linux's `readv` and `writev` do:
+    /// EINVAL for more than [`IOV_MAX`] buffers, EFAULT unless the array and every buffer
+    /// lie in memory (a bad buffer after a good one used to fail the call after the good
+    /// one's bytes were written, and a retry wrote them twice).
+    pub fn check_iovecs(&self, iovs: u32, n: u32) -> Result<(), Errno> {
+        if n > IOV_MAX {
+            return Err(Errno::INVAL);
+        }
+        self.array(iovs, n, 8)?;
+        for i in 0..n {
+            let (buf, len) = self.iovec(iovs, i)?;
+            self.check(buf, len as usize)?;
+        }
+        Ok(())
+    }
+
+    /// How many of a buffer's `len` bytes a transfer that moved `done` so far may move: at
+    /// most [`MAX_RW`] in all, as Linux's `MAX_RW_COUNT`, and through a shared memory's
+    /// scratch at most [`SHARED_MAX`] (a short transfer, which callers loop over).
+    #[inline]
+    pub fn room(&self, done: u32, len: u32) -> u32 {
+        let cap = if self.shared { SHARED_MAX } else { MAX_RW };
+        len.min(cap.saturating_sub(done))
     }
 
     /// The `i`th `(buf, len)` pair of an iovec array at `iovs`.

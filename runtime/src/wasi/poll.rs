@@ -4,11 +4,12 @@
 //! until the earliest clock subscription is due.
 
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 use super::abi::{clock, Errno, EVENT_SIZE, SUBSCRIPTION_SIZE};
 use super::calls::clock_now;
 use super::mem::GuestMem;
-use super::table::Kind;
+use super::table::{Desc, Kind};
 use super::WasiCtx;
 
 const EVENT_CLOCK: u8 = 0;
@@ -31,8 +32,15 @@ enum Sub {
     Clock { userdata: u64, due: u64 },
     /// Ready now.
     Ready(Event),
-    /// Ask poll(2) about this host descriptor.
-    Os { userdata: u64, ty: u8, fd: i32 },
+    /// Ask poll(2) about this host descriptor. The guest's descriptor is held meanwhile,
+    /// so another thread's `fd_close` cannot close the host one under the poll (nor its
+    /// number be reused by another open, in the node agent another pod's).
+    Os {
+        userdata: u64,
+        ty: u8,
+        fd: i32,
+        _held: Option<Arc<Desc>>,
+    },
 }
 
 pub fn poll_oneoff(
@@ -107,16 +115,19 @@ pub fn poll_oneoff(
                             userdata,
                             ty: tag,
                             fd: w.stdio_fd(0),
+                            _held: None,
                         },
                         (Kind::Stream(s), _) => Sub::Os {
                             userdata,
                             ty: tag,
                             fd: s.as_raw_fd(),
+                            _held: Some(d.clone()),
                         },
                         (Kind::Listener(l), EVENT_FD_READ) => Sub::Os {
                             userdata,
                             ty: tag,
                             fd: l.as_raw_fd(),
+                            _held: Some(d.clone()),
                         },
                         _ => ready(Errno::BADF, 0),
                     },
@@ -148,7 +159,9 @@ pub fn poll_oneoff(
     let os: Vec<(u64, u8, i32)> = list
         .iter()
         .filter_map(|s| match s {
-            Sub::Os { userdata, ty, fd } => Some((*userdata, *ty, *fd)),
+            Sub::Os {
+                userdata, ty, fd, ..
+            } => Some((*userdata, *ty, *fd)),
             _ => None,
         })
         .collect();

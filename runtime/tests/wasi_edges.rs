@@ -1,0 +1,94 @@
+//! WASIp1 calls at their edges, as Linux answers them, on the store: a descriptor opened
+//! with `O_CREAT` but no write right does not write; `fcntl(F_SETFL)` leaves `O_DSYNC` as
+//! it was; a vectored write with a bad buffer after a good one fails with EFAULT and writes
+//! nothing (Linux checks every buffer first). Stock wasmtime's preview1 differs on the last
+//! (it writes only the first buffer), so the conformance probes cannot hold these.
+//!
+//! The guest is WAT and exits with 0, or with a code naming the check that failed.
+
+use std::sync::Arc;
+
+use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_vfs::device::{Geometry, MemoryDevice};
+use valet_vfs::{Store, StoreConfig};
+
+/// WASI numbers the guests use: errnos BADF 8, FAULT 21; rights FD_READ 2, FD_WRITE 64;
+/// fdflags APPEND 1, DSYNC 2; oflags CREAT 1.
+const EDGES: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_fdstat_get" (func $fdstat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_fdstat_set_flags" (func $setfl (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_filestat_get" (func $stat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "ro")
+  (data (i32.const 4) "ds")
+  (data (i32.const 8) "iov")
+  (data (i32.const 16) "hello")
+  ;; path_open(3, follow, name, CREAT, rights, rights, fdflags, &fd at 32); exits `code`
+  ;; when it fails.
+  (func $create (param $name i32) (param $len i32) (param $rights i64) (param $fdflags i32)
+      (param $code i32) (result i32)
+    (if (call $open (i32.const 3) (i32.const 1) (local.get $name) (local.get $len)
+          (i32.const 1) (local.get $rights) (local.get $rights) (local.get $fdflags)
+          (i32.const 32))
+      (then (call $exit (local.get $code))))
+    (i32.load (i32.const 32)))
+  (func (export "_start") (local $fd i32)
+    ;; One good iovec at 40: "hello".
+    (i32.store (i32.const 40) (i32.const 16))
+    (i32.store (i32.const 44) (i32.const 5))
+    ;; 1. O_RDONLY | O_CREAT: the write fails EBADF.
+    (local.set $fd (call $create (i32.const 0) (i32.const 2) (i64.const 2) (i32.const 0)
+      (i32.const 10)))
+    (if (i32.ne (call $write (local.get $fd) (i32.const 40) (i32.const 1) (i32.const 56))
+          (i32.const 8))
+      (then (call $exit (i32.const 11))))
+    ;; 2. Opened O_DSYNC, then F_SETFL(O_APPEND): still O_DSYNC (and now O_APPEND).
+    (local.set $fd (call $create (i32.const 4) (i32.const 2) (i64.const 66) (i32.const 2)
+      (i32.const 20)))
+    (if (call $setfl (local.get $fd) (i32.const 1)) (then (call $exit (i32.const 21))))
+    (if (call $fdstat (local.get $fd) (i32.const 64)) (then (call $exit (i32.const 22))))
+    (if (i32.ne (i32.load16_u (i32.const 66)) (i32.const 3)) (then (call $exit (i32.const 23))))
+    ;; 3. A good iovec, then one past the end of memory: EFAULT, and nothing written.
+    (local.set $fd (call $create (i32.const 8) (i32.const 3) (i64.const 66) (i32.const 0)
+      (i32.const 30)))
+    (i32.store (i32.const 48) (i32.const 0xfffffff0))
+    (i32.store (i32.const 52) (i32.const 100))
+    (if (i32.ne (call $write (local.get $fd) (i32.const 40) (i32.const 2) (i32.const 56))
+          (i32.const 21))
+      (then (call $exit (i32.const 31))))
+    (if (call $stat (local.get $fd) (i32.const 64)) (then (call $exit (i32.const 32))))
+    (if (i64.ne (i64.load (i32.const 96)) (i64.const 0)) (then (call $exit (i32.const 33))))
+    (call $exit (i32.const 0))))"#;
+
+#[test]
+fn calls_at_their_edges_answer_as_linux_does() {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 1 << 20,
+        zone_capacity: 1 << 20,
+        block_size: 4096,
+        max_open: 4,
+        max_active: 5,
+    };
+    let device = Arc::new(MemoryDevice::new(geometry).unwrap());
+    let store = Store::open(device, StoreConfig::default()).unwrap();
+    let (_, root) = store.tenant("t").unwrap();
+    let engine = host::engine(host::Stopping::NoChecks).unwrap();
+    let module = wasmtime::Module::new(&engine, wat::parse_str(EDGES).unwrap()).unwrap();
+    let spec = GuestSpec {
+        args: vec!["edges".into()],
+        preopens: vec![Preopen::Store {
+            ino: root,
+            guest_path: "/data".into(),
+        }],
+        ..GuestSpec::default()
+    };
+    match host::run(&engine, &module, &spec, &store).unwrap() {
+        GuestExit::Code(0) => {}
+        other => panic!("{other:?}: the check of that number failed (see the guest)"),
+    }
+}
