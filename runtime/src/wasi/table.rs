@@ -80,6 +80,12 @@ impl Desc {
     }
 }
 
+/// Most descriptors a guest holds open at once (preopens and stdio included), as a
+/// process's `RLIMIT_NOFILE` a database's service raises its own to: past it, EMFILE. A
+/// guest's host-directory files are the host process's own descriptors (the node agent's,
+/// shared by every pod), so one guest must not take them all.
+pub const MAX_OPEN: usize = 65_536;
+
 /// The table itself (behind the guest's lock).
 #[derive(Default)]
 pub struct Table {
@@ -109,6 +115,9 @@ impl Table {
     }
 
     pub fn push(&mut self, desc: Arc<Desc>) -> Result<u32, Errno> {
+        if self.used >= MAX_OPEN {
+            return Err(Errno::MFILE);
+        }
         let fd = match self.free.pop_last() {
             Some(fd) => fd,
             None => match self.highest_used() {
@@ -192,6 +201,18 @@ mod tests {
         assert_eq!(t.push(desc()).unwrap(), 6);
         assert_eq!(t.remove(9).err(), Some(Errno::BADF));
         assert_eq!(t.get(9).err(), Some(Errno::BADF));
+    }
+
+    #[test]
+    fn a_guest_holds_at_most_max_open_descriptors() {
+        let mut t = Table::default();
+        let one = desc();
+        for _ in 0..MAX_OPEN {
+            t.push(one.clone()).unwrap();
+        }
+        assert_eq!(t.push(one.clone()).err(), Some(Errno::MFILE));
+        t.remove(7).unwrap();
+        assert_eq!(t.push(one).unwrap(), 7);
     }
 
     #[test]
