@@ -496,6 +496,17 @@ fn run_guests(cli: RunArgs) -> Result<u8> {
         let running = registry.guest_running(&cli.tenant);
         let exit = host::run(&engine, &module, &spec, &store)?;
         drop((timer, running));
+        if let (true, Some(limit)) = (cli.stats, cli.cpus) {
+            let account = registry.cpu_account(&cli.tenant);
+            eprintln!(
+                "valet:   {}: the guest was charged {:.3} s of CPU (the store's work for it \
+                 included) and paused {:.3} s for its limit of {} cores",
+                cli.tenant,
+                account.used().as_secs_f64(),
+                account.paused().as_secs_f64(),
+                limit.quota.as_secs_f64() / limit.period.as_secs_f64()
+            );
+        }
         // A guest that ended just before the timer fired keeps its own exit.
         let stopped = spec
             .stop

@@ -125,4 +125,13 @@ fn cpus_counts_the_stores_work_for_the_guest() {
         stderr.contains("default: the store's threads used"),
         "{stderr}"
     );
+    // The stats say what the limit charged and how long the guest paused for it (the
+    // failure above, should it come again, shows whether the limiter acted at all).
+    let paused: f64 = stderr
+        .lines()
+        .find_map(|l| l.split(" and paused ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("no charge line: {stderr}"));
+    assert!(paused > 0.0, "never paused under 0.25 cores\n{stderr}");
 }
