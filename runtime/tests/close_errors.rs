@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
-use valet_vfs::{Store, StoreConfig};
+use valet_vfs::{Ino, Store, StoreConfig};
 
 /// A memory device whose writes and syncs fail with EIO while `failing` is set.
 struct FailingDevice {
@@ -66,6 +66,37 @@ impl ZonedDevice for FailingDevice {
     }
 }
 
+/// A store on a [`FailingDevice`], healthy for now, and tenant `t`'s root.
+fn failing_store() -> (Arc<FailingDevice>, Store, Ino) {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 4 << 20,
+        zone_capacity: 4 << 20,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    };
+    let device = Arc::new(FailingDevice {
+        inner: MemoryDevice::new(geometry).unwrap(),
+        failing: AtomicBool::new(false),
+    });
+    let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+    let (_, root) = store.tenant("t").unwrap();
+    (device, store, root)
+}
+
+/// Guest `program` with the store's `root` at `/data` (fd 3).
+fn spec(program: &str, root: Ino) -> GuestSpec {
+    GuestSpec {
+        args: vec![program.into()],
+        preopens: vec![Preopen::Store {
+            ino: root,
+            guest_path: "/data".into(),
+        }],
+        ..GuestSpec::default()
+    }
+}
+
 /// Opens `/data/f` (fd 3 is the store), writes "hello", closes it. Exit code: 100 + errno
 /// when the open fails, 150 + errno when the write does, else `fd_close`'s errno.
 const GUEST: &str = r#"(module
@@ -92,30 +123,10 @@ const GUEST: &str = r#"(module
 
 #[test]
 fn a_close_whose_flush_fails_returns_eio_to_the_guest() {
-    let geometry = Geometry {
-        zone_count: 16,
-        zone_size: 4 << 20,
-        zone_capacity: 4 << 20,
-        block_size: 4096,
-        max_open: 8,
-        max_active: 8,
-    };
-    let device = Arc::new(FailingDevice {
-        inner: MemoryDevice::new(geometry).unwrap(),
-        failing: AtomicBool::new(false),
-    });
-    let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
-    let (_, root) = store.tenant("t").unwrap();
+    let (device, store, root) = failing_store();
     let engine = host::engine(host::Stopping::EpochChecks).unwrap();
     let module = wasmtime::Module::new(&engine, wat::parse_str(GUEST).unwrap()).unwrap();
-    let spec = GuestSpec {
-        args: vec!["close".into()],
-        preopens: vec![Preopen::Store {
-            ino: root,
-            guest_path: "/data".into(),
-        }],
-        ..GuestSpec::default()
-    };
+    let spec = spec("close", root);
 
     // A healthy device: the close succeeds.
     match host::run(&engine, &module, &spec, &store).unwrap() {
@@ -155,33 +166,15 @@ const LEAVES_OPEN: &str = r#"(module
 /// either).
 #[test]
 fn a_failed_close_at_a_guests_failing_exit_is_on_its_stderr() {
-    let geometry = Geometry {
-        zone_count: 16,
-        zone_size: 4 << 20,
-        zone_capacity: 4 << 20,
-        block_size: 4096,
-        max_open: 8,
-        max_active: 8,
-    };
-    let device = Arc::new(FailingDevice {
-        inner: MemoryDevice::new(geometry).unwrap(),
-        failing: AtomicBool::new(false),
-    });
-    let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
-    let (_, root) = store.tenant("t").unwrap();
+    let (device, store, root) = failing_store();
     store.sync().unwrap();
     device.failing.store(true, Ordering::SeqCst);
     let engine = host::engine(host::Stopping::NoChecks).unwrap();
     let module = wasmtime::Module::new(&engine, wat::parse_str(LEAVES_OPEN).unwrap()).unwrap();
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let spec = GuestSpec {
-        args: vec!["leaves-open".into()],
-        preopens: vec![Preopen::Store {
-            ino: root,
-            guest_path: "/data".into(),
-        }],
         stdio: [None, None, Some(Arc::new(stderr.reopen().unwrap()))],
-        ..GuestSpec::default()
+        ..spec("leaves-open", root)
     };
     match host::run(&engine, &module, &spec, &store).unwrap() {
         GuestExit::Code(1) => {}
