@@ -463,19 +463,19 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
         memory.as_ref(),
     )?;
     wasi.end();
-    let closed = wasi.close_all();
-    if let (Err(e), End::Code(0)) = (closed, &end) {
-        bail!("closing the files the guest left open: errno {}", e.0)
-    }
-    if let Err(e) = closed {
-        // The guest's own ending stands; its stderr (a container's log, under the node
-        // agent) still says what was not made durable.
-        let line = format!(
-            "valet: closing the files the guest left open: errno {}: what it wrote to them \
-             since its last sync may be lost\n",
-            e.0
-        );
-        let _ = wasi.stdio_write(2, line.as_bytes());
+    match (wasi.close_all(), &end) {
+        (Ok(()), _) => {}
+        (Err(e), End::Code(0)) => bail!("closing the files the guest left open: errno {}", e.0),
+        (Err(e), _) => {
+            // The guest's own ending stands; its stderr (a container's log, under the node
+            // agent) still says what was not made durable.
+            let line = format!(
+                "valet: closing the files the guest left open: errno {}: what it wrote to \
+                 them since its last sync may be lost\n",
+                e.0
+            );
+            let _ = wasi.stdio_write(2, line.as_bytes());
+        }
     }
     Ok(match end {
         End::Code(code) => GuestExit::Code(code),

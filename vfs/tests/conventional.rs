@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use valet_vfs::device::{DeviceError, Geometry, MemoryDevice, ZoneId, ZoneInfo, ZonedDevice};
-use valet_vfs::{Error, Ino, OpenOptions, Store, StoreConfig};
+use valet_vfs::{Error, FileHandle, Ino, OpenOptions, Store, StoreConfig};
 
 fn mount(dev: &Arc<MemoryDevice>, host: &Path) -> Store {
     mount_on(dev.clone(), host)
@@ -42,6 +42,12 @@ fn host_file(store: &Store, host: &Path, name: &str) -> std::path::PathBuf {
     let (_, root) = store.tenant("app").unwrap();
     let ino: Ino = store.lookup(root, name).unwrap();
     host.join(ino.to_string())
+}
+
+/// Opens (creating it) file `name` of tenant `app`.
+fn create(store: &Store, name: &str) -> FileHandle {
+    let (_, root) = store.tenant("app").unwrap();
+    store.open_file(root, name, OpenOptions::create()).unwrap()
 }
 
 fn read_all(store: &Store, name: &str) -> valet_vfs::Result<Vec<u8>> {
@@ -84,18 +90,13 @@ fn a_checkpoint_records_a_conventional_file_at_its_synced_size() {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let current = store
-        .open_file(root, "CURRENT", OpenOptions::create())
-        .unwrap();
+    let current = create(&store, "CURRENT");
     current.write_at(b"MANIFEST-000001\n", 0).unwrap();
     current.sync_all().unwrap();
     current.write_at(b"MANIFEST-000002\n", 16).unwrap();
     // Synced log records fill the journal's zones over and over: the checkpoints written
     // meanwhile see CURRENT 32 bytes long, 16 of them not synced.
-    let log = store
-        .open_file(root, "000003.log", OpenOptions::create())
-        .unwrap();
+    let log = create(&store, "000003.log");
     for i in 0..600u64 {
         log.write_at(&[7u8; 300], i * 300).unwrap();
         log.sync_data().unwrap();
@@ -115,18 +116,13 @@ fn a_checkpoint_records_a_zoned_file_at_the_size_its_data_reached() {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let table = store
-        .open_file(root, "000005.sst", OpenOptions::create())
-        .unwrap();
+    let table = create(&store, "000005.sst");
     let bytes: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8 + 1).collect();
     table.write_at(&bytes[..100], 0).unwrap();
     table.sync_data().unwrap();
     table.write_at(&bytes[100..], 100).unwrap();
     // Another file's synced records fill the journal's zones: checkpoints meanwhile.
-    let log = store
-        .open_file(root, "000003.log", OpenOptions::create())
-        .unwrap();
+    let log = create(&store, "000003.log");
     for i in 0..600u64 {
         log.write_at(&[7u8; 300], i * 300).unwrap();
         log.sync_data().unwrap();
@@ -150,8 +146,7 @@ fn setting_times_keeps_the_bytes_not_synced_and_records_the_synced_size() {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let log = store.open_file(root, "LOG", OpenOptions::create()).unwrap();
+    let log = create(&store, "LOG");
     log.write_at(b"first line\n", 0).unwrap();
     log.sync_all().unwrap();
     log.write_at(b"second line\n", 11).unwrap();
@@ -176,10 +171,7 @@ fn truncate_and_cut_power(host_cut: impl FnOnce(&Path)) -> Vec<u8> {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let identity = store
-        .open_file(root, "IDENTITY", OpenOptions::create())
-        .unwrap();
+    let identity = create(&store, "IDENTITY");
     identity.write_at(&[5u8; 100], 0).unwrap();
     identity.set_len(10).unwrap();
     let identity_host = host_file(&store, host.path(), "IDENTITY");
@@ -204,14 +196,13 @@ fn a_lost_or_cut_host_file_fails_its_reads_and_fsck_names_it() {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
     let files: [(&str, &[u8]); 3] = [
         ("CURRENT", b"MANIFEST-000004\n"),
         ("IDENTITY", b"2a0c9e4e-6b1f-4d8e-9a51-1f4f0d7e3c21"),
         ("000004.log", &[9u8; 5000]),
     ];
     for (name, bytes) in files {
-        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        let f = create(&store, name);
         f.write_at(bytes, 0).unwrap();
         f.close().unwrap();
     }
@@ -240,9 +231,7 @@ fn a_lost_or_cut_host_file_fails_its_reads_and_fsck_names_it() {
     // A write does not make a lost host file again (its bytes before the write would
     // read as zeros).
     let (_, root) = store.tenant("app").unwrap();
-    let f = store
-        .open_file(root, "CURRENT", OpenOptions::create())
-        .unwrap();
+    let f = create(&store, "CURRENT");
     assert!(matches!(f.write_at(b"M", 0), Err(Error::Corrupt(_))));
     drop(f);
     assert!(!current.exists());
@@ -264,10 +253,7 @@ fn a_sync_does_not_trust_one_in_flight() {
     let host = tempfile::tempdir().unwrap();
     let dev = device();
     let store = mount(&dev, host.path());
-    let (_, root) = store.tenant("app").unwrap();
-    let current = store
-        .open_file(root, "CURRENT", OpenOptions::create())
-        .unwrap();
+    let current = create(&store, "CURRENT");
     while_running(
         || store.sync().unwrap(),
         |_| {
@@ -348,16 +334,14 @@ fn a_commit_removes_only_the_host_files_its_record_frees() {
     let store = mount_on(Arc::new(SlowFlush(dev.clone())), host.path());
     let (_, root) = store.tenant("app").unwrap();
     let write = |name: &str, bytes: &[u8]| {
-        let f = store.open_file(root, name, OpenOptions::create()).unwrap();
+        let f = create(&store, name);
         f.write_at(bytes, 0).unwrap();
         f.sync_all().unwrap();
         f.close().unwrap();
     };
     write("CURRENT", b"MANIFEST-000000\n");
     store.sync().unwrap();
-    let log = store
-        .open_file(root, "000001.log", OpenOptions::create())
-        .unwrap();
+    let log = create(&store, "000001.log");
     let append_and_sync = || {
         log.write_at(&[7; 100], 0).unwrap();
         log.sync_data().unwrap();

@@ -207,13 +207,18 @@ impl ConventionalArea {
         }
         Ok(())
     }
-}
 
-impl ConventionalArea {
-    /// The error every sync of `ino` returns once a sync of its host file failed.
-    pub(super) fn failure(&self, ino: Ino) -> Option<Error> {
-        let why = self.failed.get(&ino)?;
-        Some(Error::Io(std::io::Error::other(why.clone())))
+    /// Whether a sync of `ino`'s host file failed (see [`ConventionalArea::failed`]).
+    pub(super) fn sync_failed(&self, ino: Ino) -> bool {
+        self.failed.contains_key(&ino)
+    }
+
+    /// The error every later sync of `ino` returns once a sync of its host file failed.
+    fn check_synced(&self, ino: Ino) -> Result<()> {
+        match self.failed.get(&ino) {
+            Some(why) => Err(Error::Io(std::io::Error::other(why.clone()))),
+            None => Ok(()),
+        }
     }
 
     fn note_failure(&mut self, ino: Ino, e: &std::io::Error) {
@@ -308,9 +313,7 @@ impl Store {
     pub(super) fn sync_conventional(&self, ino: Ino) -> Result<()> {
         let (file, dir, size, shrinks, tick) = {
             let mut inner = self.lock()?;
-            if let Some(e) = inner.conv.as_ref().and_then(|c| c.failure(ino)) {
-                return Err(e);
-            }
+            inner.check_host_synced(ino)?;
             if !inner.open.get(&ino).is_some_and(OpenFile::host_dirty) {
                 return Ok(());
             }
@@ -382,9 +385,7 @@ impl Store {
         let shrinking = self.with(|inner| Ok(size < inner.state.inode(ino)?.size))?;
         if shrinking {
             let (file, dir) = self.with(|inner| {
-                if let Some(e) = inner.conv.as_ref().and_then(|c| c.failure(ino)) {
-                    return Err(e);
-                }
+                inner.check_host_synced(ino)?;
                 Ok((inner.host_file(ino)?, inner.host_dir_to_sync()?))
             })?;
             self.sync_host(ino, &file, dir)?;
@@ -446,14 +447,14 @@ impl Inner {
     fn set_len_conventional(&mut self, ino: Ino, size: u64) -> Result<()> {
         let now = super::now_ns();
         let old = self.state.inode(ino)?.size;
-        if size > old {
-            self.state.recorded_sizes.entry(ino).or_insert(old);
-        }
-        let inode = self.state.set_size(ino, size)?;
+        let inode = match size > old {
+            true => self.state.grow_unrecorded(ino, size)?,
+            false => self.state.set_size(ino, size)?,
+        };
         inode.mtime_ns = now;
         inode.ctime_ns = now;
         if size < old {
-            self.state.recorded_sizes.remove(&ino);
+            // Its record makes the smaller size recordable whole (`State::size_recorded`).
             *self.state.host_shrinks.entry(ino).or_default() += 1;
             let op = super::state::MetaOp::SetAttr {
                 ino,
@@ -465,6 +466,11 @@ impl Inner {
             self.record(op)?;
         }
         Ok(())
+    }
+
+    /// Fails once a sync of `ino`'s host file failed (see [`ConventionalArea::failed`]).
+    fn check_host_synced(&self, ino: Ino) -> Result<()> {
+        self.conv.as_ref().map_or(Ok(()), |c| c.check_synced(ino))
     }
 
     /// The area's directory to sync with a host file, if a host file was made since it was

@@ -1670,7 +1670,7 @@ impl Inner {
         // A conventional file whose close could not sync it stays for the next sync to try
         // again (the writeback round's, the unmount's), unless its host file's sync failed:
         // then nothing can make those bytes durable, and each sync of it says so.
-        let failed = self.conv.as_ref().is_some_and(|c| c.failure(ino).is_some());
+        let failed = self.conv.as_ref().is_some_and(|c| c.sync_failed(ino));
         if nlink > 0 && (of.has_unwritten() || (of.host_dirty() && !failed)) {
             return Ok(false);
         }
