@@ -37,7 +37,7 @@ use crate::hint::Class;
 use crate::{Error, Result};
 
 /// Largest file: keeps file block numbers and offsets far from overflow.
-const MAX_FILE_SIZE: u64 = 1 << 46;
+pub(super) const MAX_FILE_SIZE: u64 = 1 << 46;
 
 /// Writes of at least this many bytes into a window are copied with the store's lock
 /// released (see the module docs): a 512 KiB copy held it for 12–18 µs at the median and

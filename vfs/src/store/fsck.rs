@@ -139,7 +139,7 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
                     inode.tenant, ext.zone
                 )),
             }
-            if file_block + ext.len as u64 > size_blocks {
+            if file_block.saturating_add(ext.len as u64) > size_blocks {
                 problem(format!(
                     "inode {ino}: extent at block {file_block} past the file size"
                 ));
@@ -151,7 +151,8 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
     for inode in state.inodes.values() {
         *entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
         if inode.kind != FileKind::Dir {
-            *bytes_of.entry(inode.tenant).or_default() += inode.size;
+            let held: &mut u64 = bytes_of.entry(inode.tenant).or_default();
+            *held = held.saturating_add(inode.size);
         }
     }
     let nonzero = |mut counts: HashMap<TenantId, u64>| {
@@ -244,6 +245,9 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
     // parent entry, and everything linked is reachable from its tenant's root.
     let mut links: HashMap<Ino, u32> = HashMap::new();
     for (&dir, inode) in &state.inodes {
+        if inode.kind != FileKind::Dir && !inode.entries.is_empty() {
+            problem(format!("inode {dir} is not a directory but holds entries"));
+        }
         for (name, &child) in &inode.entries {
             match state.inodes.get(&child) {
                 None => problem(format!(
@@ -290,13 +294,19 @@ pub(super) fn check(inner: &Inner) -> Result<FsckReport> {
             problem(format!("dir {dir} reached twice: the tree has a cycle"));
             continue;
         }
+        let Some(inode) = state.inodes.get(&dir) else {
+            problem(format!("tenant root {dir} is missing"));
+            continue;
+        };
+        if inode.kind != FileKind::Dir {
+            problem(format!("tenant root {dir} is not a directory"));
+            continue;
+        }
         reached += 1;
-        if let Some(inode) = state.inodes.get(&dir) {
-            for &child in inode.entries.values() {
-                match state.inodes.get(&child) {
-                    Some(c) if c.kind == FileKind::Dir => stack.push(child),
-                    _ => {}
-                }
+        for &child in inode.entries.values() {
+            match state.inodes.get(&child) {
+                Some(c) if c.kind == FileKind::Dir => stack.push(child),
+                _ => {}
             }
         }
     }

@@ -6,6 +6,14 @@
 //! magic "VJRN" | kind u8 | unflushed u24 | seq u64 | payload len u32 | payload crc u32 | header crc u32 | 4 pad
 //! ```
 //!
+//! The payload follows the header in its block; every block after that starts with the
+//! 4-byte mark "VJR+" and holds the next piece of the payload. So no block but a record's
+//! first starts with the magic: a payload carries tenants' bytes (inline tails, names,
+//! link targets), and a forged header there, once block aligned, could pass for a record
+//! when recovery reads or scans past the end of the valid ones (an honest record after a
+//! torn one, or damage). The kind byte has [`MARKED`] set in records laid out this way;
+//! records written before it (their payload contiguous after the header) are still read.
+//!
 //! `unflushed` counts the records just before this one that were not known durable when it
 //! was written (no device flush had completed since they were written): 0 for a record
 //! written right after a commit's flush, more after hand-offs (records written without a
@@ -26,6 +34,10 @@ use crate::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"VJRN";
 const HEADER_LEN: usize = 32;
+/// What every block of a record after its first starts with.
+const MARK: &[u8; 4] = b"VJR+";
+/// In the kind byte: the record's blocks after its first start with [`MARK`].
+const MARKED: u8 = 0x80;
 
 /// What a record holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +58,17 @@ pub struct Record {
 /// Most records an `unflushed` count says (it is a 24-bit field; more is counted as this).
 const MAX_UNFLUSHED: u64 = (1 << 24) - 1;
 
+/// The blocks a record of `payload_len` bytes takes; laid out with marks (see the module
+/// docs) or, as before them, contiguous.
+fn record_blocks(payload_len: u64, block_size: u64, marked: bool) -> u64 {
+    let first = block_size - HEADER_LEN as u64;
+    match marked {
+        true if payload_len <= first => 1,
+        true => 1 + (payload_len - first).div_ceil(block_size - MARK.len() as u64),
+        false => (HEADER_LEN as u64 + payload_len).div_ceil(block_size),
+    }
+}
+
 /// Lays out one record, padded to `block_size`.
 pub fn encode(
     kind: RecordKind,
@@ -54,22 +77,33 @@ pub fn encode(
     payload: &[u8],
     block_size: u64,
 ) -> Vec<u8> {
-    let total = ((HEADER_LEN + payload.len()) as u64).div_ceil(block_size) * block_size;
-    let mut out = vec![0u8; total as usize];
+    let bs = block_size as usize;
+    let blocks = record_blocks(payload.len() as u64, block_size, true) as usize;
+    let mut out = vec![0u8; blocks * bs];
+    let first = payload.len().min(bs - HEADER_LEN);
+    out[HEADER_LEN..HEADER_LEN + first].copy_from_slice(&payload[..first]);
+    for (block, piece) in out[bs..]
+        .chunks_exact_mut(bs)
+        .zip(payload[first..].chunks(bs - MARK.len()))
+    {
+        block[..MARK.len()].copy_from_slice(MARK);
+        block[MARK.len()..MARK.len() + piece.len()].copy_from_slice(piece);
+    }
     out[0..4].copy_from_slice(MAGIC);
-    out[4] = kind as u8;
+    out[4] = kind as u8 | MARKED;
     out[5..8].copy_from_slice(&(unflushed.min(MAX_UNFLUSHED) as u32).to_le_bytes()[..3]);
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     out[20..24].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
     let header_crc = crc32c::crc32c(&out[0..24]);
     out[24..28].copy_from_slice(&header_crc.to_le_bytes());
-    out[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
     out
 }
 
 struct Header {
     kind: RecordKind,
+    /// Laid out with marks (see the module docs).
+    marked: bool,
     seq: u64,
     unflushed: u32,
     payload_len: u64,
@@ -89,13 +123,14 @@ fn decode_header(b: &[u8]) -> Option<Header> {
     if &b[0..4] != MAGIC || word(24..28) != crc32c::crc32c(&b[0..24]) {
         return None;
     }
-    let kind = match b[4] {
+    let kind = match b[4] & !MARKED {
         1 => RecordKind::Checkpoint,
         2 => RecordKind::Transaction,
         _ => return None,
     };
     Some(Header {
         kind,
+        marked: b[4] & MARKED != 0,
         seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
         unflushed: u32::from_le_bytes([b[5], b[6], b[7], 0]),
         payload_len: word(16..20) as u64,
@@ -138,7 +173,9 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         };
         let continues = match records.last() {
             None => h.kind == RecordKind::Checkpoint,
-            Some(last) => h.kind == RecordKind::Transaction && h.seq == last.seq + 1,
+            Some(last) => {
+                h.kind == RecordKind::Transaction && Some(h.seq) == last.seq.checked_add(1)
+            }
         };
         // Records of one zone's life follow each other; anything else is the end (or, past
         // the last record, bytes of the zone's earlier life, which a reset for rewrite
@@ -146,19 +183,13 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         if !continues {
             break;
         }
-        let total = (HEADER_LEN as u64 + h.payload_len).div_ceil(bs) * bs;
+        let total = record_blocks(h.payload_len, bs, h.marked) * bs;
         if pos + total > limit {
             break;
         }
-        let mut payload = vec![0u8; h.payload_len as usize];
-        let first = (bs as usize - HEADER_LEN).min(payload.len());
-        payload[..first].copy_from_slice(&block[HEADER_LEN..HEADER_LEN + first]);
-        if payload.len() > first {
-            device.read_unwritten(zone, pos + bs, &mut payload[first..])?;
-        }
-        if crc32c::crc32c(&payload) != h.payload_crc {
+        let Some(payload) = read_payload(device, zone, pos, &block, &h)? else {
             break;
-        }
+        };
         records.push(Record {
             kind: h.kind,
             seq: h.seq,
@@ -168,6 +199,40 @@ pub fn read_zone(device: &dyn ZonedDevice, zone: ZoneId) -> Result<ZoneRecords> 
         pos += total;
     }
     Ok(ZoneRecords { records, end: pos })
+}
+
+/// The payload of the record at `pos` of `zone`, whose first block is `first_block` and
+/// header `h`; `None` if it is torn (a block without its mark, a wrong checksum).
+fn read_payload(
+    device: &dyn ZonedDevice,
+    zone: ZoneId,
+    pos: u64,
+    first_block: &[u8],
+    h: &Header,
+) -> Result<Option<Vec<u8>>> {
+    let bs = first_block.len();
+    let len = h.payload_len as usize;
+    let first = (bs - HEADER_LEN).min(len);
+    let mut payload = Vec::with_capacity(len);
+    payload.extend_from_slice(&first_block[HEADER_LEN..HEADER_LEN + first]);
+    if len > first {
+        let blocks = record_blocks(h.payload_len, bs as u64, h.marked) as usize - 1;
+        let mut rest = vec![0u8; blocks * bs];
+        device.read_unwritten(zone, pos + bs as u64, &mut rest)?;
+        match h.marked {
+            true => {
+                for block in rest.chunks_exact(bs) {
+                    if &block[..MARK.len()] != MARK {
+                        return Ok(None);
+                    }
+                    let take = (len - payload.len()).min(bs - MARK.len());
+                    payload.extend_from_slice(&block[MARK.len()..MARK.len() + take]);
+                }
+            }
+            false => payload.extend_from_slice(&rest[..len - first]),
+        }
+    }
+    Ok((crc32c::crc32c(&payload) == h.payload_crc).then_some(payload))
 }
 
 /// The newest sequence number of a record header in `zone` after its valid records, which
@@ -252,7 +317,7 @@ pub fn retired_damage(device: &dyn ZonedDevice) -> Result<Option<String>> {
     for (i, retired) in superseded(&reads).into_iter().enumerate() {
         let read = &reads[i];
         let last = read.records.last().map_or(0, |r| r.seq);
-        let newest = newest_after(device, META_ZONES[i], read.end, last + 1)?;
+        let newest = newest_after(device, META_ZONES[i], read.end, last.saturating_add(1))?;
         if retired && newest.is_some_and(|s| s > last) {
             return Ok(Some(format!(
                 "metadata zone {} (retired: the other zone's checkpoint supersedes it): the \
@@ -508,6 +573,15 @@ pub struct Recovered {
     /// Index of the zone (0 or 1) the checkpoint came from.
     pub active: usize,
     pub last_seq: u64,
+    /// Where the journal goes on: past `last_seq` by the most records one zone's life can
+    /// hold. Records written after a torn one that no flush covered (a hand-off's) are not
+    /// recovered but stay on the device, since a reset for rewrite leaves a zone's bytes in
+    /// place; were their numbers used again, a stale one would look newer than a later
+    /// checkpoint torn by another crash, and recovery would refuse a valid store. All
+    /// such records belong to the zone life that holds the torn one (a checkpoint into the
+    /// other zone follows a flush, and a flush leaves nothing torn), so none is numbered
+    /// this high.
+    pub next_seq: u64,
 }
 
 /// Finds the newest checkpoint and the transactions after it.
@@ -532,7 +606,10 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut newest = [None, None];
     for i in [0, 1] {
         if !superseded[i] {
-            let torn = reads[i].records.last().map_or(0, |r| r.seq + 1);
+            let torn = reads[i]
+                .records
+                .last()
+                .map_or(0, |r| r.seq.saturating_add(1));
             newest[i] = newest_after(device, META_ZONES[i], reads[i].end, torn)?;
         }
     }
@@ -599,7 +676,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
     let mut transactions = Vec::new();
     let mut unflushed = 0;
     for rec in &records[1..] {
-        if rec.kind != RecordKind::Transaction || rec.seq != last_seq + 1 {
+        if rec.kind != RecordKind::Transaction || Some(rec.seq) != last_seq.checked_add(1) {
             return Err(Error::Corrupt(format!(
                 "journal record {} follows {last_seq} out of order",
                 rec.seq
@@ -611,6 +688,11 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         transactions.push(ops);
         last_seq = rec.seq;
     }
+    let next_seq = last_seq
+        .checked_add(1 + device.geometry().blocks_per_zone())
+        .ok_or_else(|| {
+            Error::Corrupt(format!("journal sequence number {last_seq} is too large"))
+        })?;
     Ok(Some(Recovered {
         snapshot,
         carry,
@@ -618,6 +700,7 @@ pub fn recover(device: &dyn ZonedDevice) -> Result<Option<Recovered>> {
         unflushed,
         active,
         last_seq,
+        next_seq,
     }))
 }
 
@@ -639,6 +722,97 @@ mod tests {
             bad[byte] ^= 0x10;
             assert!(decode_header(&bad).is_none(), "flip at {byte} accepted");
         }
+    }
+
+    /// A record as laid out before marks: the payload contiguous after the header.
+    fn encode_contiguous(kind: RecordKind, seq: u64, payload: &[u8]) -> Vec<u8> {
+        let marked = encode(kind, seq, 0, payload, 4096);
+        let mut out = vec![0u8; (HEADER_LEN + payload.len()).div_ceil(4096) * 4096];
+        out[..HEADER_LEN].copy_from_slice(&marked[..HEADER_LEN]);
+        out[4] &= !MARKED;
+        let crc = crc32c::crc32c(&out[0..24]);
+        out[24..28].copy_from_slice(&crc.to_le_bytes());
+        out[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+        out
+    }
+
+    fn small_device() -> crate::device::MemoryDevice {
+        let geometry = crate::device::Geometry {
+            zone_count: 4,
+            zone_size: 64 * 4096,
+            zone_capacity: 64 * 4096,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 4,
+        };
+        crate::device::MemoryDevice::new(geometry).unwrap()
+    }
+
+    /// Found by review: a payload holds tenants' bytes, and a forged header in them that
+    /// fell on a block boundary passed for a record of its own when recovery scanned past
+    /// the valid ones, so one tenant could make the store refuse to mount. With marks, no
+    /// block but a record's first can start with the magic.
+    #[test]
+    fn a_payload_never_passes_for_a_record_header() {
+        let forged = encode(RecordKind::Transaction, 1 << 62, 0, b"", 4096);
+        let mut payload = vec![7u8; 3 * 4096];
+        for at in [4096 - HEADER_LEN, 2 * 4096 - HEADER_LEN, 2 * 4096 - 4] {
+            payload[at..at + HEADER_LEN].copy_from_slice(&forged[..HEADER_LEN]);
+        }
+        let blocks_decoding = |record: &[u8]| {
+            record[4096..]
+                .chunks_exact(4096)
+                .filter(|b| decode_header(b).is_some())
+                .count()
+        };
+        let old = encode_contiguous(RecordKind::Transaction, 5, &payload);
+        assert!(
+            blocks_decoding(&old) > 0,
+            "the test's forgery works on the old layout"
+        );
+        let record = encode(RecordKind::Transaction, 5, 0, &payload, 4096);
+        assert_eq!(blocks_decoding(&record), 0);
+    }
+
+    /// Records round-trip at sizes around the blocks' edges, in both layouts.
+    #[test]
+    fn records_of_both_layouts_read_back() {
+        let device = small_device();
+        let sizes = [0usize, 4064, 4065, 4092 + 4064, 4092 + 4065, 3 * 4096 + 5];
+        let payloads: Vec<Vec<u8>> = sizes
+            .iter()
+            .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
+            .collect();
+        let mut at = 0;
+        for (i, payload) in payloads.iter().enumerate() {
+            let (kind, seq) = match i {
+                0 => (RecordKind::Checkpoint, 10),
+                _ => (RecordKind::Transaction, 10 + i as u64),
+            };
+            let record = match i % 2 {
+                0 => encode(kind, seq, 0, payload, 4096),
+                _ => encode_contiguous(kind, seq, payload),
+            };
+            device.write(0, at, &record).unwrap();
+            at += record.len() as u64;
+        }
+        let read = read_zone(&device, 0).unwrap();
+        assert_eq!(read.end, at);
+        let back: Vec<Vec<u8>> = read.records.into_iter().map(|r| r.payload).collect();
+        assert_eq!(back, payloads);
+    }
+
+    /// A block of a marked record that lost its mark is a torn record.
+    #[test]
+    fn a_marked_record_missing_a_mark_is_torn() {
+        let device = small_device();
+        let checkpoint = encode(RecordKind::Checkpoint, 1, 0, b"snapshot", 4096);
+        let mut record = encode(RecordKind::Transaction, 2, 0, &[9u8; 6000], 4096);
+        record[4096] = 0;
+        device.write(0, 0, &checkpoint).unwrap();
+        device.write(0, 4096, &record).unwrap();
+        let read = read_zone(&device, 0).unwrap();
+        assert_eq!((read.records.len(), read.end), (1, 4096));
     }
 
     /// A power cut can keep a record written after a hand-off's and lose the hand-off's:

@@ -120,7 +120,7 @@ pub(super) fn mount(
                 first_seq + trusted as u64,
                 &*device,
             )?;
-            let journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
+            let journal = Journal::new(device.clone(), rec.active, rec.next_seq);
             (state, journal)
         }
     };
@@ -592,5 +592,97 @@ mod tests {
         let (device, a_file, _) = two_tenants();
         append_not_newest(&device, MetaOp::ReleaseZone { zone: 20 }, a_file);
         refused_unchanged(&device, "zone 20 out of range");
+    }
+
+    /// Found by review: a release of a metadata zone passed (it holds no data blocks), and
+    /// the zone went to the free list, to be handed to a stream whose data would overwrite
+    /// the journal.
+    #[test]
+    fn a_journal_giving_away_a_metadata_zone_is_refused() {
+        let (device, a_file, _) = two_tenants();
+        let op = MetaOp::ReleaseZone {
+            zone: journal::META_ZONES[0],
+        };
+        append_not_newest(&device, op, a_file);
+        refused_unchanged(&device, "never changes hands");
+    }
+
+    /// Found by review: an extent mapped at the last file block wrapped its end and
+    /// panicked the extent map, a read-only `fs fsck` included.
+    #[test]
+    fn a_journal_mapping_past_the_largest_file_is_refused() {
+        let (device, a_file, _) = two_tenants();
+        let state = journaled_state(&device);
+        let extent = state.inodes[&a_file].extents.iter().next().unwrap().1;
+        let op = MetaOp::MapExtent {
+            ino: a_file,
+            file_block: u64::MAX,
+            extent,
+            crc: 0,
+        };
+        append_not_newest(&device, op, a_file);
+        refused_unchanged(&device, "past the largest file size");
+    }
+
+    /// Found by review: a hand-off's record written after one a power cut tore is not
+    /// recovered but stays on the image. When the journal numbered its next records from
+    /// the torn one on, that stale record looked newer than the mount's checkpoint, so a
+    /// second power cut tearing the next checkpoint into its zone made recovery refuse a
+    /// valid store ("its checkpoint is damaged and valid records follow it").
+    #[test]
+    fn a_record_left_by_one_crash_does_not_fail_recovery_after_the_next() {
+        use crate::device::{ImageDevice, ImageOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let geometry = Geometry {
+            zone_count: 8,
+            zone_size: 1 << 20,
+            zone_capacity: 1 << 20,
+            block_size: 4096,
+            max_open: 4,
+            max_active: 5,
+        };
+        let image = ImageDevice::create(
+            dir.path().join("zones.img"),
+            geometry,
+            ImageOptions::default(),
+        );
+        let device: Arc<dyn ZonedDevice> = Arc::new(image.unwrap());
+        let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let f = store.open_file(root, "log", OpenOptions::create()).unwrap();
+        f.write_at(b"acknowledged", 0).unwrap();
+        f.close().unwrap();
+        store.unmount().unwrap();
+
+        // The first power cut: a torn record, then a hand-off's written before any flush
+        // covered the torn one. Recovery drops both.
+        let rec = journal::recover(&*device).unwrap().unwrap();
+        let first_life = journal::META_ZONES[rec.active];
+        let mut journal = Journal::new(device.clone(), rec.active, rec.last_seq + 1);
+        journal.append_record(&[0u8; 4096]).unwrap();
+        let handoff = journal.encode_transaction(&[]).unwrap();
+        journal.append_record(&handoff).unwrap();
+        device.sync().unwrap();
+        assert_eq!(
+            journal::recover(&*device).unwrap().unwrap().last_seq,
+            rec.last_seq
+        );
+
+        // The mount checkpoints into the other zone and goes on there.
+        let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+        store.unmount().unwrap();
+
+        // The second power cut tears the next checkpoint into the first zone: its first
+        // block never arrives, and the zone's earlier bytes, the hand-off's among them,
+        // are still there after the reset for rewrite.
+        device.reset_for_rewrite(first_life).unwrap();
+        device.write(first_life, 0, &[0u8; 4096]).unwrap();
+
+        let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
+        let (_, root) = store.tenant("app").unwrap();
+        let f = store.open_file(root, "log", OpenOptions::read()).unwrap();
+        let mut back = [0u8; 12];
+        f.read_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"acknowledged");
     }
 }

@@ -351,7 +351,7 @@ impl State {
                     born_host_bytes: *born_host_bytes,
                 };
                 self.inodes.insert(*ino, inode);
-                self.next_ino = self.next_ino.max(ino + 1);
+                self.next_ino = self.next_ino.max(ino.saturating_add(1));
             }
             MetaOp::NewTenant { id, name, root } => {
                 if *id as usize != self.tenants.len() {
@@ -421,6 +421,10 @@ impl State {
                     || extent.block as u64 + extent.len as u64 > self.geometry.blocks_per_zone()
                 {
                     return corrupt(format!("inode {ino} maps outside the device"));
+                }
+                let file_blocks = super::data::MAX_FILE_SIZE / self.block_size();
+                if file_block.saturating_add(extent.len as u64) > file_blocks {
+                    return corrupt(format!("inode {ino} maps past the largest file size"));
                 }
                 let extents = &mut self.inode_mut(*ino)?.extents;
                 let before = extents.len();
@@ -512,6 +516,9 @@ impl State {
             }
             MetaOp::AssignZone { zone, owner } => {
                 let slot = self.zone_slot(*zone)?;
+                if *owner == ZoneUse::Meta {
+                    return corrupt(format!("zone {zone} assigned to the journal"));
+                }
                 *slot = Some(*owner);
             }
             MetaOp::ReleaseZone { zone } => {
@@ -526,7 +533,14 @@ impl State {
         Ok(())
     }
 
+    /// The owner of data zone `zone`: the journal's zones never change hands (a record that
+    /// handed one to a stream would have GC reset it and data overwrite the journal).
     fn zone_slot(&mut self, zone: ZoneId) -> Result<&mut Option<ZoneUse>> {
+        if super::journal::META_ZONES.contains(&zone) {
+            return corrupt(format!(
+                "zone {zone} is the journal's and never changes hands"
+            ));
+        }
         match self.zones.owner.get_mut(zone as usize) {
             Some(slot) => Ok(slot),
             None => corrupt(format!("zone {zone} out of range")),
@@ -639,10 +653,17 @@ impl State {
         if snap.zone_owner.len() != geometry.zone_count as usize {
             return corrupt("checkpoint zone table does not match the device".into());
         }
+        for (zone, owner) in snap.zone_owner.iter().enumerate() {
+            let meta = super::journal::META_ZONES.contains(&(zone as ZoneId));
+            if meta != (*owner == Some(ZoneUse::Meta)) {
+                return corrupt(format!("checkpoint gives zone {zone} to {owner:?}"));
+            }
+        }
         state.next_ino = snap.next_ino;
         state.tenants = snap.tenants;
         state.zones.owner = snap.zone_owner;
         let blocks = geometry.blocks_per_zone();
+        let file_blocks = super::data::MAX_FILE_SIZE / geometry.block_size as u64;
         for (ino, inode) in snap.inodes {
             state.extents += inode.extents.len();
             *state.entries_of.entry(inode.tenant).or_default() += inode.entries.len() as u64;
@@ -650,11 +671,15 @@ impl State {
                 return corrupt(format!("inode {ino} of tenant {}, not made", inode.tenant));
             }
             if inode.kind != FileKind::Dir {
-                *held_by(&mut state.bytes_of, inode.tenant) += inode.size;
+                let held = held_by(&mut state.bytes_of, inode.tenant);
+                *held = held.saturating_add(inode.size);
             }
-            for (_, ext) in inode.extents.iter() {
+            for (file_block, ext) in inode.extents.iter() {
                 if ext.zone >= geometry.zone_count || ext.block as u64 + ext.len as u64 > blocks {
                     return corrupt(format!("inode {ino} maps outside the device"));
+                }
+                if file_block.saturating_add(ext.len as u64) > file_blocks {
+                    return corrupt(format!("inode {ino} maps past the largest file size"));
                 }
                 state.zones.mark_valid(ext.zone, ext.block, ext.len);
             }
