@@ -467,6 +467,10 @@ impl ImageDevice {
     ) -> Result<Self, DeviceError> {
         exclusive::lock(path, &file, false, "image")?;
         file.set_len(layout.file_len)?;
+        // The header and both copies of the zone table are written in place for the
+        // image's life: their room is taken now, so that a full host disk cannot refuse a
+        // table write (and with it every mount).
+        allocate(&file, 0, layout.data_start)?;
         let engine = IoEngine::new(file, options.io)?;
         let table = ZoneTable::new(layout.geometry)?;
         let entries = table.persistent_entries();
@@ -510,6 +514,11 @@ impl ImageDevice {
                     layout.file_len
                 ),
             ));
+        }
+        if !options.read_only {
+            // An image made before the table's room was taken at creation takes it now, if
+            // the host has it.
+            let _ = allocate(engine.file(), 0, layout.data_start);
         }
         let mut slots = Vec::with_capacity(2);
         for slot in 0..2 {
@@ -691,6 +700,29 @@ fn punch_if_empty(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
     punched
 }
 
+/// Allocates `len` bytes of the image from `start` (their contents unchanged), so that
+/// writing them later needs no room from the host file system. One that cannot allocate
+/// ahead keeps the image sparse.
+fn allocate(file: &File, start: u64, len: u64) -> Result<(), DeviceError> {
+    // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_KEEP_SIZE,
+            start as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => Err(DeviceError::Io(err)),
+        };
+    }
+    Ok(())
+}
+
 /// Gives a zone's space back to the host file system (space only, so a file system
 /// without hole punching is fine), in steps: a hole punch holds the image's inode locks,
 /// so every other read and write of the image waits for the step in progress (a whole
@@ -726,6 +758,17 @@ fn punch(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
 impl ZonedDevice for ImageDevice {
     fn geometry(&self) -> Geometry {
         self.core.layout.geometry
+    }
+
+    fn reserve(&self, zone: ZoneId) -> Result<(), DeviceError> {
+        self.writable("a reservation")?;
+        self.zone_info(zone)?;
+        let layout = &self.core.layout;
+        allocate(
+            self.core.engine.file(),
+            layout.zone_start(zone),
+            layout.geometry.zone_capacity,
+        )
     }
 
     fn report_zones(&self) -> Vec<ZoneInfo> {
@@ -1320,6 +1363,30 @@ mod tests {
         let mut b = [0u8];
         f.read_exact_at(&mut b, at).unwrap();
         f.write_all_at(&[b[0] ^ 0x40], at).unwrap();
+    }
+
+    /// Found trying a full host disk: a sparse image whose host file system filled up
+    /// could not mount again (its checkpoint went into a hole), so nothing could be removed
+    /// to free space. A reserved zone holds its blocks.
+    #[test]
+    fn a_reserved_zone_holds_its_blocks() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        let d = ImageDevice::create(&path, geo(), opts(IoMode::Sync)).unwrap();
+        let allocated = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        let before = allocated();
+        d.reserve(1).unwrap();
+        let reserved = allocated() - before;
+        assert!(reserved >= geo().zone_capacity, "{reserved} bytes");
+        assert!(
+            reserved < 2 * geo().zone_capacity,
+            "only the zone asked for: {reserved}"
+        );
+        d.write(1, 0, &block(5)).unwrap();
+        let mut back = block(0);
+        d.read(1, 0, &mut back).unwrap();
+        assert_eq!(back, block(5));
     }
 
     #[test]

@@ -248,6 +248,15 @@ pub trait ZonedDevice: Send + Sync {
     /// Moves the zone to Full without writing the rest of it; resources released.
     fn finish(&self, zone: ZoneId) -> Result<(), DeviceError>;
 
+    /// Makes sure that writes to `zone` find room: the embedded image allocates the zone's
+    /// blocks in its file, which is sparse, so that a host file system filled up meanwhile
+    /// cannot refuse them. The store reserves its metadata zones, so that a mount and the
+    /// removals that free space still work when the host's disk is full. A drive's zones
+    /// have their room.
+    fn reserve(&self, _zone: ZoneId) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
     /// Explicitly opens the zone (it stays open until closed, finished or filled).
     fn open(&self, zone: ZoneId) -> Result<(), DeviceError>;
 

@@ -121,6 +121,13 @@ pub(super) fn mount(
                 &*device,
             )?;
             let journal = Journal::new(device.clone(), rec.active, rec.next_seq);
+            if !config.read_only {
+                // A store made before its journal's room was reserved gets it now, if the
+                // host has it (without, it mounts as it always did).
+                for zone in journal::META_ZONES {
+                    let _ = device.reserve(zone);
+                }
+            }
             (state, journal)
         }
     };
@@ -240,6 +247,9 @@ fn format(device: &Arc<dyn ZonedDevice>) -> Result<(State, Journal)> {
     let mut state = State::new(device.geometry());
     for zone in journal::META_ZONES {
         state.zones.owner[zone as usize] = Some(ZoneUse::Meta);
+        device.reserve(zone).map_err(|e| {
+            Error::NoSpace(format!("no room on the host for the store's journal: {e}"))
+        })?;
     }
     // The first checkpoint goes to zone 0.
     Ok((state, Journal::new(device.clone(), 1, 1)))
