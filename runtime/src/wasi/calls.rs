@@ -562,7 +562,7 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
     // may be stale): an append that landed meanwhile is never cut.
     match &d.kind {
         Kind::StoreFile(f) => {
-            w.charge(end - size)?;
+            let _in_flight = w.charge(end - size)?;
             Ok(f.handle.allocate(end)?)
         }
         Kind::HostFile(f) => f.allocate(offset, len),
@@ -727,9 +727,10 @@ fn fd_set_size(w: &WasiCtx, fd: u32, size: u64) -> R<()> {
     if size > i64::MAX as u64 {
         return Err(Errno::INVAL);
     }
-    if let (Kind::StoreFile(f), true) = (&d.kind, w.has_space_limit()) {
-        w.charge(size.saturating_sub(f.size()?))?;
-    }
+    let _in_flight = match (&d.kind, w.has_space_limit()) {
+        (Kind::StoreFile(f), true) => Some(w.charge(size.saturating_sub(f.size()?))?),
+        _ => None,
+    };
     match set_size(&d, size) {
         // POSIX: EINVAL when the descriptor is not open for writing.
         Err(Errno::BADF) if matches!(d.kind, Kind::StoreFile(_) | Kind::HostFile(_)) => {
@@ -963,12 +964,12 @@ fn fd_write(
                     };
                     w.charge(grows)
                 });
-                if let Err(e) = charged {
-                    if total == 0 {
-                        return Err(e);
-                    }
-                    break;
-                }
+                // Held until the write has finished: the limit counts it meanwhile.
+                let _in_flight = match charged {
+                    Ok(c) => c,
+                    Err(e) if total == 0 => return Err(e),
+                    Err(_) => break,
+                };
                 match f.handle.write_at(data, at) {
                     Ok(landed) => at = landed + len as u64,
                     Err(e) if total == 0 => return Err(e.into()),
