@@ -78,3 +78,84 @@ fn a_guest_renames_into_place_and_syncs_a_host_directory() {
     );
     assert!(!host.join("tmp").exists());
 }
+
+// The guests below run in this process (`host::run`), with one host directory preopened at
+// fd 3 and nothing else.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
+use valet_vfs::{Store, StoreConfig};
+
+/// What every guest imports, and `$check`: exit with the step's number times 100 plus its
+/// errno when the errno is not 0.
+const IMPORTS: &str = r#"
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_seek" (func $seek (param i32 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_allocate"
+    (func $allocate (param i32 i64 i64) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_fdstat_get" (func $fdstat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_filestat_get"
+    (func $filestat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "path_filestat_get"
+    (func $pathstat (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func $check (param $step i32) (param $e i32)
+    (if (local.get $e)
+      (then (call $exit (i32.add (i32.mul (local.get $step) (i32.const 100)) (local.get $e))))))
+"#;
+
+/// Runs the guest whose data and `_start` are `rest` with `host` preopened at fd 3 (`/h`);
+/// returns its exit code.
+fn run_in(host: &Path, rest: &str) -> i32 {
+    let geometry = Geometry {
+        zone_count: 16,
+        zone_size: 1 << 20,
+        zone_capacity: 1 << 20,
+        block_size: 4096,
+        max_open: 8,
+        max_active: 8,
+    };
+    let device = Arc::new(MemoryDevice::new(geometry).unwrap()) as Arc<dyn ZonedDevice>;
+    let store = Store::open(device, StoreConfig::default()).unwrap();
+    let engine = host::engine(host::Stopping::NoChecks).unwrap();
+    let wat = format!("(module {IMPORTS} {rest})");
+    let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
+    let spec = GuestSpec {
+        args: vec!["guest".into()],
+        preopens: vec![Preopen::Host {
+            host_path: host.to_path_buf(),
+            guest_path: "/h".into(),
+        }],
+        ..GuestSpec::default()
+    };
+    match host::run(&engine, &module, &spec, &store).unwrap() {
+        GuestExit::Code(code) => code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Opens `f` (100 bytes) read-only and asks `fd_allocate` for its first 10 bytes: EBADF
+/// (8), as posix_fallocate says for a descriptor not open for writing, even though the
+/// file is already that large (it used to say OK).
+#[test]
+fn fd_allocate_on_a_read_only_host_file_is_ebadf() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("f"), [1u8; 100]).unwrap();
+    let code = run_in(
+        tmp.path(),
+        r#"(data (i32.const 0) "f")
+  (func (export "_start")
+    ;; path_open(3, follow, "f", 0, FD_READ, FD_READ, 0, &fd at 64)
+    (call $check (i32.const 1) (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1)
+      (i32.const 0) (i64.const 2) (i64.const 2) (i32.const 0) (i32.const 64)))
+    (call $exit (call $allocate (i32.load (i32.const 64)) (i64.const 0) (i64.const 10))))"#,
+    );
+    assert_eq!(code, 8, "want EBADF");
+    assert_eq!(std::fs::metadata(tmp.path().join("f")).unwrap().len(), 100);
+}

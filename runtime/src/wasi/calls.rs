@@ -551,12 +551,14 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
     if len == 0 {
         return Err(Errno::INVAL);
     }
+    // As posix_fallocate: a descriptor not open for writing is EBADF even where the file
+    // is already as large.
+    if !d.write {
+        return Err(Errno::BADF);
+    }
     let end = offset.checked_add(len).ok_or(Errno::FBIG)?;
     if end <= size {
         return Ok(());
-    }
-    if !d.write {
-        return Err(Errno::BADF);
     }
     // Growing only, decided with the file's other writes held off (the size read above
     // may be stale): an append that landed meanwhile is never cut.
@@ -1047,15 +1049,38 @@ fn fd_write(
         }
         _ => return Err(Errno::BADF),
     }
-    // O_DSYNC / O_SYNC: durable before the call returns.
-    if total > 0 && d.flags() & (fdflags::DSYNC | fdflags::SYNC | fdflags::RSYNC) != 0 {
-        match &d.kind {
-            Kind::StoreFile(f) => f.handle.sync_data()?,
-            Kind::HostFile(f) => f.file.sync_data()?,
+    // O_SYNC: the data and all the metadata durable before the call returns (fsync);
+    // O_DSYNC / O_RSYNC: the data and what is needed to read it back (fdatasync).
+    if total > 0 {
+        match (&d.kind, write_sync(d.flags())) {
+            (_, None) => {}
+            (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
+            (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
+            (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
+            (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
             _ => {}
         }
     }
     Ok(total)
+}
+
+/// What a write on a descriptor with `flags` makes durable before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteSync {
+    /// `O_SYNC`: `fsync`.
+    All,
+    /// `O_DSYNC`, `O_RSYNC`: `fdatasync`.
+    Data,
+}
+
+fn write_sync(flags: u16) -> Option<WriteSync> {
+    if flags & fdflags::SYNC != 0 {
+        Some(WriteSync::All)
+    } else if flags & (fdflags::DSYNC | fdflags::RSYNC) != 0 {
+        Some(WriteSync::Data)
+    } else {
+        None
+    }
 }
 
 fn fd_readdir(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32, cookie: u64) -> R<u32> {
@@ -1402,6 +1427,18 @@ mod tests {
     use crate::wasi::store_fs::StoreFile;
     use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
     use valet_vfs::{OpenOptions, Store, StoreConfig};
+
+    /// O_SYNC is fsync, O_DSYNC and O_RSYNC fdatasync (O_SYNC was taken for O_DSYNC).
+    #[test]
+    fn each_sync_flag_syncs_what_it_promises() {
+        use fdflags::{APPEND, DSYNC, RSYNC, SYNC};
+        assert_eq!(write_sync(0), None);
+        assert_eq!(write_sync(APPEND), None);
+        assert_eq!(write_sync(SYNC), Some(WriteSync::All));
+        assert_eq!(write_sync(SYNC | DSYNC), Some(WriteSync::All));
+        assert_eq!(write_sync(DSYNC), Some(WriteSync::Data));
+        assert_eq!(write_sync(RSYNC), Some(WriteSync::Data));
+    }
 
     /// A close while another thread is still in a call on the descriptor (it holds the
     /// descriptor, as `w.get` does) makes what was written durable: after a power failure

@@ -3,8 +3,9 @@
 //! symlinks that lead out are refused), as stock wasmtime does.
 //!
 //! Beyond stock: `fd_sync` / `fd_datasync` of a directory really fsync it (a program that
-//! renames a file into place and syncs the directory gets what it asked for), and
-//! `O_DSYNC` / `O_SYNC` make every write durable before it returns.
+//! renames a file into place and syncs the directory gets what it asked for), and every
+//! write of an `O_SYNC` descriptor is fsynced before it returns, of an `O_DSYNC` (or
+//! `O_RSYNC`) one fdatasynced.
 
 use std::fs::File;
 use std::io;
