@@ -159,3 +159,90 @@ fn fd_allocate_on_a_read_only_host_file_is_ebadf() {
     assert_eq!(code, 8, "want EBADF");
     assert_eq!(std::fs::metadata(tmp.path().join("f")).unwrap().len(), 100);
 }
+
+/// Writes 16 bytes to `f` (created) at most 10 of which fit (the child's RLIMIT_FSIZE),
+/// then 16 more; `fdflags` are the descriptor's (0, or APPEND). Exit code: the first
+/// write's count times 10000, the position after it (fd_tell) times 100, and the second
+/// write's errno.
+fn partial_write_guest(fdflags: u32) -> String {
+    format!(
+        r#"(func (export "_start") (local $fd i32)
+    ;; "f" at 0 and "0123456789abcdef" at 16, stored by the code: a data segment would
+    ;; make wasmtime put the memory's image in a memfd, which the file size limit refuses
+    (i32.store8 (i32.const 0) (i32.const 0x66))
+    (i64.store (i32.const 16) (i64.const 0x3736353433323130))
+    (i64.store (i32.const 24) (i64.const 0x6665646362613938))
+    ;; path_open(3, follow, "f", CREAT|TRUNC, READ|WRITE|SEEK|TELL, fdflags, &fd at 64)
+    (call $check (i32.const 1) (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1)
+      (i32.const 9) (i64.const 102) (i64.const 102) (i32.const {fdflags}) (i32.const 64)))
+    (local.set $fd (i32.load (i32.const 64)))
+    (i32.store (i32.const 72) (i32.const 16))
+    (i32.store (i32.const 76) (i32.const 16))
+    (call $check (i32.const 2) (call $write (local.get $fd) (i32.const 72) (i32.const 1) (i32.const 80)))
+    (call $check (i32.const 3) (call $seek (local.get $fd) (i64.const 0) (i32.const 1) (i32.const 88)))
+    (call $exit (i32.add (i32.add
+      (i32.mul (i32.load (i32.const 80)) (i32.const 10000))
+      (i32.mul (i32.wrap_i64 (i64.load (i32.const 88))) (i32.const 100)))
+      (call $write (local.get $fd) (i32.const 72) (i32.const 1) (i32.const 80)))))"#
+    )
+}
+
+/// Run by [`a_host_write_out_of_room_part_way_counts_what_it_wrote`] in a child process,
+/// which it limits to files of at most 10 bytes; does nothing elsewhere.
+#[test]
+#[ignore = "run by a_host_write_out_of_room_part_way_counts_what_it_wrote"]
+fn partial_writes_under_a_file_size_limit() {
+    let Some(base) = std::env::var_os("VALET_FSIZE_TEST_DIR") else {
+        return;
+    };
+    // SAFETY: signal and setrlimit with valid arguments; this process runs this test alone.
+    unsafe {
+        // A write past the limit gets EFBIG instead of the signal.
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let limit = libc::rlimit {
+            rlim_cur: 10,
+            rlim_max: 10,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+    }
+    for (fdflags, name) in [(0, "plain"), (1, "append")] {
+        let host = Path::new(&base).join(name);
+        let code = run_in(&host, &partial_write_guest(fdflags));
+        // 10 written, the position at 10, then EFBIG (22).
+        assert_eq!(code, 10 * 10000 + 10 * 100 + 22, "{name}");
+        assert_eq!(
+            std::fs::read(host.join("f")).unwrap(),
+            b"0123456789",
+            "{name}"
+        );
+    }
+}
+
+/// A write to a host file that runs out of room part way (here EFBIG past the process's
+/// RLIMIT_FSIZE; ENOSPC and EDQUOT alike) returns the bytes it wrote and moves the
+/// position past them, as Linux does; the next write gets the error. It used to return
+/// the error and lose the count, with the bytes on the file.
+#[test]
+fn a_host_write_out_of_room_part_way_counts_what_it_wrote() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["plain", "append"] {
+        std::fs::create_dir(tmp.path().join(name)).unwrap();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args([
+            "--exact",
+            "partial_writes_under_a_file_size_limit",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env("VALET_FSIZE_TEST_DIR", tmp.path());
+    let out = child.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("1 passed"), "the child ran nothing: {said}");
+}

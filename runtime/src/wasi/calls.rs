@@ -576,15 +576,23 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
 /// its last user, so an error of its final flush reaches the guest (EIO) instead of being
 /// dropped. A file another thread is still in a call on closes when that call ends; this
 /// close makes what was written before it durable all the same, and reports how that went.
+/// A host file's close(2) is reported the same way (NFS and FUSE report writes that failed
+/// after they returned there); one still in another thread's call is flushed through a
+/// duplicate's close.
 pub(super) fn close_desc(d: Arc<Desc>) -> R<()> {
     match Arc::try_unwrap(d) {
         Ok(Desc {
             kind: Kind::StoreFile(f),
             ..
         }) => Ok(f.handle.close()?),
+        Ok(Desc {
+            kind: Kind::HostFile(f),
+            ..
+        }) => f.close(),
         Ok(_) => Ok(()),
         Err(shared) => match &shared.kind {
             Kind::StoreFile(f) => Ok(f.handle.sync_all()?),
+            Kind::HostFile(f) => f.flush_by_close(),
             _ => Ok(()),
         },
     }
@@ -1000,21 +1008,23 @@ fn fd_write(
                 let (buf, whole) = m.iovec(iovs, i)?;
                 let len = m.room(total, whole);
                 let data = m.bytes(buf, len, scratch)?;
+                // A write that runs out of room part way counts what it wrote, and the
+                // position moves past it, as Linux's writev; only a call that wrote
+                // nothing returns the error.
                 let written = match append {
-                    true => f.append(data).map(|end| at = end),
-                    false => f
-                        .file
-                        .write_all_at(data, at)
-                        .map(|()| at += len as u64)
-                        .map_err(Errno::from),
+                    true => f.append(data).map(|(done, end)| {
+                        at = end;
+                        done
+                    }),
+                    false => f.write_at(data, at).inspect(|&done| at += done as u64),
                 };
-                match written {
-                    Ok(()) => {}
+                let done = match written {
+                    Ok(done) => done as u32,
                     Err(e) if total == 0 => return Err(e),
                     Err(_) => break,
-                }
-                total += len;
-                if len < whole {
+                };
+                total += done;
+                if done < whole {
                     break;
                 }
             }

@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::Mutex;
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
@@ -352,16 +352,108 @@ impl HostFile {
     }
 
     /// Appends `data` at the end of the file with the kernel's `O_APPEND` (set by
-    /// [`HostDir::open`] or [`HostFile::set_append`]) and returns the offset after it: the
-    /// host descriptor's own position, which only appends move (every other call names
-    /// its offset).
-    pub fn append(&self, data: &[u8]) -> Result<u64, Errno> {
+    /// [`HostDir::open`] or [`HostFile::set_append`]); returns the bytes written and the
+    /// offset after them: the host descriptor's own position, which only appends move
+    /// (every other call names its offset). As [`HostFile::write_at`], a write that runs
+    /// out of room part way counts what it wrote.
+    pub fn append(&self, data: &[u8]) -> Result<(usize, u64), Errno> {
         use std::io::{Seek, Write};
         if data.is_empty() {
-            return Ok(self.file.metadata()?.len());
+            return Ok((0, self.file.metadata()?.len()));
         }
         let mut file = &self.file;
-        file.write_all(data)?;
-        Ok(file.stream_position()?)
+        let done = write_some(data, |rest| file.write(rest))?;
+        Ok((done, file.stream_position()?))
+    }
+
+    /// Writes `data` at `at`, as much of it as the host takes: a write that fails part way
+    /// (ENOSPC, EDQUOT, EFBIG) returns what it wrote, as Linux's `pwrite` does; only one
+    /// that wrote nothing returns the error.
+    pub fn write_at(&self, data: &[u8], at: u64) -> Result<usize, Errno> {
+        use std::os::unix::fs::FileExt;
+        write_some(data, |rest| {
+            self.file
+                .write_at(rest, at + (data.len() - rest.len()) as u64)
+        })
+    }
+
+    /// Closes the file (the guest's last reference to it) with the result of close(2),
+    /// which NFS and FUSE use to report writes that failed after they returned. EINTR
+    /// counts as closed: Linux has released the descriptor by then.
+    pub fn close(self) -> Result<(), Errno> {
+        close_fd(self.file.into_raw_fd())
+    }
+
+    /// A close while another thread of the guest is still in a call on the file (it
+    /// closes when that call ends): the file system is asked to flush it all the same, as
+    /// close(2) of any one descriptor of a file does, through a duplicate closed here.
+    pub fn flush_by_close(&self) -> Result<(), Errno> {
+        // SAFETY: dup of a descriptor this file owns; the duplicate is closed once, below.
+        let dup = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        close_fd(dup)
+    }
+}
+
+/// close(2) of a descriptor the caller owns, with its error (EINTR is no error: the
+/// descriptor is released whatever it says).
+fn close_fd(fd: i32) -> Result<(), Errno> {
+    // SAFETY: `fd` is owned by the caller and closed once, here.
+    if unsafe { libc::close(fd) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINTR) => Ok(()),
+        _ => Err(e.into()),
+    }
+}
+
+/// Writes `data` by calls of `write` on what is left, until all of it is written or a call
+/// fails (EINTR is retried): the bytes written, or the error if there are none.
+fn write_some(
+    data: &[u8],
+    mut write: impl FnMut(&[u8]) -> io::Result<usize>,
+) -> Result<usize, Errno> {
+    let mut done = 0;
+    while done < data.len() {
+        match write(&data[done..]) {
+            // As write_all: a file system that takes nothing will not take more later.
+            Ok(0) if done == 0 => return Err(Errno::IO),
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if done == 0 => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that fails part way counts what it wrote; one that wrote nothing is the
+    /// error; EINTR is retried.
+    #[test]
+    fn a_write_counts_what_it_wrote_before_an_error() {
+        let data = [7u8; 10];
+        let mut calls = 0;
+        let partial = write_some(&data, |rest| {
+            calls += 1;
+            match calls {
+                1 => Ok(4),
+                2 => Err(io::Error::from_raw_os_error(libc::EINTR)),
+                3 => Ok(rest.len().min(2)),
+                _ => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            }
+        });
+        assert_eq!(partial, Ok(6));
+        let none = write_some(&data, |_| Err(io::Error::from_raw_os_error(libc::EDQUOT)));
+        assert_eq!(none, Err(Errno::DQUOT));
+        assert_eq!(write_some(&data, |rest| Ok(rest.len())), Ok(10));
     }
 }
