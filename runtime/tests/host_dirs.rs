@@ -160,6 +160,30 @@ fn fd_allocate_on_a_read_only_host_file_is_ebadf() {
     assert_eq!(std::fs::metadata(tmp.path().join("f")).unwrap().len(), 100);
 }
 
+/// `/dev/null` in a host directory is a character device (2) to `fd_fdstat_get`,
+/// `fd_filestat_get` and `path_filestat_get` alike (the first said a regular file, the
+/// second unknown). Exit code: the three types as the digits of one number.
+#[test]
+fn a_device_in_a_host_directory_has_its_type_in_every_call() {
+    let code = run_in(
+        Path::new("/dev"),
+        r#"(data (i32.const 0) "null")
+  (func (export "_start") (local $fd i32)
+    (call $check (i32.const 1) (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 4)
+      (i32.const 0) (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 64)))
+    (local.set $fd (i32.load (i32.const 64)))
+    (call $check (i32.const 2) (call $fdstat (local.get $fd) (i32.const 96)))
+    (call $check (i32.const 3) (call $filestat (local.get $fd) (i32.const 128)))
+    (call $check (i32.const 4) (call $pathstat (i32.const 3) (i32.const 1) (i32.const 0)
+      (i32.const 4) (i32.const 256)))
+    (call $exit (i32.add (i32.add
+      (i32.mul (i32.load8_u (i32.const 96)) (i32.const 100))
+      (i32.mul (i32.load8_u (i32.const 144)) (i32.const 10)))
+      (i32.load8_u (i32.const 272)))))"#,
+    );
+    assert_eq!(code, 222, "fdstat, filestat, path_filestat types");
+}
+
 /// Writes 16 bytes to `f` (created) at most 10 of which fit (the child's RLIMIT_FSIZE),
 /// then 16 more; `fdflags` are the descriptor's (0, or APPEND). Exit code: the first
 /// write's count times 10000, the position after it (fd_tell) times 100, and the second

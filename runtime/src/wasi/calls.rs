@@ -653,7 +653,13 @@ fn fd_fdstat_get(m: &GuestMem, w: &WasiCtx, fd: u32, out: u32) -> R<()> {
             if !d.write {
                 r &= !rights::FD_WRITE;
             }
-            (filetype::REGULAR_FILE, r, r)
+            // A host file may be a device (`/dev/null` under a `--dir /dev`): its real
+            // type, as fd_filestat_get and path_filestat_get say.
+            let ty = match &d.kind {
+                Kind::HostFile(f) => f.filetype()?,
+                _ => filetype::REGULAR_FILE,
+            };
+            (ty, r, r)
         }
         Kind::Listener(_) | Kind::Stream(_) => (filetype::SOCKET_STREAM, rights::ALL, rights::ALL),
     };

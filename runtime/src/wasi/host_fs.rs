@@ -31,24 +31,41 @@ pub struct HostDir {
     pub cookies: Mutex<Cookies>,
 }
 
-fn kind_of(ft: cap_std::fs::FileType) -> u8 {
-    if ft.is_dir() {
+/// The type a directory entry's `d_type` gives, or `None` where the file system did not say
+/// (`DT_UNKNOWN`: some file systems, XFS without `ftype` among them, never do).
+fn kind_of(ft: cap_std::fs::FileType) -> Option<u8> {
+    use cap_std::fs::FileTypeExt;
+    Some(if ft.is_dir() {
         filetype::DIRECTORY
     } else if ft.is_file() {
         filetype::REGULAR_FILE
     } else if ft.is_symlink() {
         filetype::SYMBOLIC_LINK
+    } else if ft.is_char_device() {
+        filetype::CHARACTER_DEVICE
+    } else if ft.is_block_device() {
+        filetype::BLOCK_DEVICE
+    } else if ft.is_socket() {
+        filetype::SOCKET_STREAM
+    } else if ft.is_fifo() {
+        // WASI has no type for a FIFO.
+        filetype::UNKNOWN
     } else {
-        use cap_std::fs::FileTypeExt;
-        if ft.is_char_device() {
-            filetype::CHARACTER_DEVICE
-        } else if ft.is_block_device() {
-            1
-        } else if ft.is_socket() {
-            filetype::SOCKET_STREAM
-        } else {
-            filetype::UNKNOWN
-        }
+        return None;
+    })
+}
+
+/// The type of a file with mode `mode` (`st_mode`): one mapping for `fd_filestat_get`,
+/// `path_filestat_get`, `fd_fdstat_get` and a `DT_UNKNOWN` entry of `fd_readdir`.
+pub(super) fn kind_of_mode(mode: u32) -> u8 {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => filetype::DIRECTORY,
+        libc::S_IFREG => filetype::REGULAR_FILE,
+        libc::S_IFLNK => filetype::SYMBOLIC_LINK,
+        libc::S_IFCHR => filetype::CHARACTER_DEVICE,
+        libc::S_IFBLK => filetype::BLOCK_DEVICE,
+        libc::S_IFSOCK => filetype::SOCKET_STREAM,
+        _ => filetype::UNKNOWN,
     }
 }
 
@@ -62,7 +79,7 @@ fn stat_of(m: &cap_std::fs::Metadata) -> Filestat {
     Filestat {
         dev: m.dev(),
         ino: m.ino(),
-        filetype: kind_of(m.file_type()),
+        filetype: kind_of_mode(m.mode()),
         nlink: m.nlink(),
         size: m.len(),
         atim: nanos(m.atime(), m.atime_nsec()),
@@ -73,17 +90,10 @@ fn stat_of(m: &cap_std::fs::Metadata) -> Filestat {
 
 fn std_stat(m: &std::fs::Metadata) -> Filestat {
     use std::os::unix::fs::MetadataExt as _;
-    let ft = m.file_type();
     Filestat {
         dev: m.dev(),
         ino: m.ino(),
-        filetype: if ft.is_dir() {
-            filetype::DIRECTORY
-        } else if ft.is_file() {
-            filetype::REGULAR_FILE
-        } else {
-            filetype::UNKNOWN
-        },
+        filetype: kind_of_mode(m.mode()),
         nlink: m.nlink(),
         size: m.len(),
         atim: nanos(m.atime(), m.atime_nsec()),
@@ -264,17 +274,22 @@ impl HostDir {
         let mut items = Vec::new();
         for e in self.dir.entries()? {
             let e = e?;
-            let Ok(name) = e.file_name().into_string() else {
-                continue;
+            // A name WASI cannot carry: EILSEQ, as stock wasmtime says, rather than a
+            // listing that leaves the entry out (a guest would take a directory that is
+            // not empty for an empty one).
+            let name = e.file_name().into_string().map_err(|_| Errno::ILSEQ)?;
+            // lstat, as `d_type` is: a symlink is listed as a symlink. An entry removed
+            // meanwhile keeps what `d_type` said.
+            let meta = cap_fs_ext::DirEntryExt::full_metadata(&e).ok();
+            let filetype = match (kind_of(e.file_type()?), &meta) {
+                (Some(t), _) => t,
+                (None, Some(m)) => kind_of_mode(m.mode()),
+                (None, None) => filetype::UNKNOWN,
             };
-            let ft = e.file_type()?;
-            let ino = cap_fs_ext::DirEntryExt::full_metadata(&e)
-                .map(|m| m.ino())
-                .unwrap_or(0);
             items.push(Item {
                 name,
-                ino,
-                filetype: kind_of(ft),
+                ino: meta.map(|m| m.ino()).unwrap_or(0),
+                filetype,
             });
         }
         items.sort_by(|a, b| a.name.cmp(&b.name));
@@ -377,6 +392,12 @@ impl HostFile {
         })
     }
 
+    /// The file's type, for `fd_fdstat_get`.
+    pub fn filetype(&self) -> Result<u8, Errno> {
+        use std::os::unix::fs::MetadataExt as _;
+        Ok(kind_of_mode(self.file.metadata()?.mode()))
+    }
+
     /// Closes the file (the guest's last reference to it) with the result of close(2),
     /// which NFS and FUSE use to report writes that failed after they returned. EINTR
     /// counts as closed: Linux has released the descriptor by then.
@@ -435,6 +456,57 @@ fn write_some(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory holding an entry whose name is not UTF-8 is not listed as if it were
+    /// empty: EILSEQ, as stock wasmtime says.
+    #[test]
+    fn a_name_that_is_not_utf8_makes_the_listing_eilseq() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        std::fs::write(tmp.path().join(name), "x").unwrap();
+        let dir = HostDir::open_ambient(tmp.path()).unwrap();
+        assert_eq!(dir.list().err(), Some(Errno::ILSEQ));
+    }
+
+    /// The listing's types: a symlink is a symlink (lstat), not what it names.
+    #[test]
+    fn a_listing_gives_each_entry_its_own_type() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("f"), "x").unwrap();
+        std::fs::create_dir(tmp.path().join("d")).unwrap();
+        std::os::unix::fs::symlink("d", tmp.path().join("l")).unwrap();
+        let dir = HostDir::open_ambient(tmp.path()).unwrap();
+        let (_, _, items) = dir.list().unwrap();
+        let types: Vec<(&str, u8)> = items
+            .iter()
+            .map(|i| (i.name.as_str(), i.filetype))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("d", filetype::DIRECTORY),
+                ("f", filetype::REGULAR_FILE),
+                ("l", filetype::SYMBOLIC_LINK)
+            ]
+        );
+    }
+
+    /// The one mapping from a mode, which a `DT_UNKNOWN` entry falls back to.
+    #[test]
+    fn every_mode_has_its_type() {
+        for (mode, want) in [
+            (libc::S_IFDIR, filetype::DIRECTORY),
+            (libc::S_IFREG, filetype::REGULAR_FILE),
+            (libc::S_IFLNK, filetype::SYMBOLIC_LINK),
+            (libc::S_IFCHR, filetype::CHARACTER_DEVICE),
+            (libc::S_IFBLK, filetype::BLOCK_DEVICE),
+            (libc::S_IFSOCK, filetype::SOCKET_STREAM),
+            (libc::S_IFIFO, filetype::UNKNOWN),
+        ] {
+            assert_eq!(kind_of_mode(mode | 0o644), want, "{mode:o}");
+        }
+    }
 
     /// A write that fails part way counts what it wrote; one that wrote nothing is the
     /// error; EINTR is retried.
