@@ -184,6 +184,72 @@ fn a_device_in_a_host_directory_has_its_type_in_every_call() {
     assert_eq!(code, 222, "fdstat, filestat, path_filestat types");
 }
 
+/// Takes the calling thread's CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER away
+/// (capabilities are per thread), so that root meets file modes as any user does.
+fn drop_file_capabilities_of_this_thread() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget and capset of the calling thread with a v3 header and two data.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !((1 << 1) | (1 << 2) | (1 << 3));
+        assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0);
+    }
+}
+
+/// `O_RDONLY | O_CREAT` (a lock file's open) of an existing file of mode 0444 opens it, as
+/// on Linux (the host file used to be opened for writing, EACCES); the descriptor still
+/// cannot write (EBADF, 8, the exit code).
+#[test]
+fn read_only_create_opens_an_existing_read_only_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let ro = tmp.path().join("ro");
+    std::fs::write(&ro, "x").unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let host = tmp.path().to_path_buf();
+    let code = std::thread::spawn(move || {
+        drop_file_capabilities_of_this_thread();
+        run_in(
+            &host,
+            r#"(data (i32.const 0) "ro")
+  (data (i32.const 16) "y")
+  (func (export "_start")
+    ;; path_open(3, follow, "ro", CREAT, FD_READ, FD_READ, 0, &fd at 64)
+    (call $check (i32.const 1) (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 2)
+      (i32.const 1) (i64.const 2) (i64.const 2) (i32.const 0) (i32.const 64)))
+    (i32.store (i32.const 72) (i32.const 16))
+    (i32.store (i32.const 76) (i32.const 1))
+    (call $exit (call $write (i32.load (i32.const 64)) (i32.const 72) (i32.const 1) (i32.const 80))))"#,
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        code, 8,
+        "want the open to succeed and the write to be EBADF"
+    );
+    assert_eq!(std::fs::read_to_string(&ro).unwrap(), "x");
+}
+
 /// Writes 16 bytes to `f` (created) at most 10 of which fit (the child's RLIMIT_FSIZE),
 /// then 16 more; `fdflags` are the descriptor's (0, or APPEND). Exit code: the first
 /// write's count times 10000, the position after it (fd_tell) times 100, and the second

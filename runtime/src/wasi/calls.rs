@@ -1298,7 +1298,9 @@ fn path_open(
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
     let kind = match dir {
         DirRef::Store(s) => s.open(&path, follow, of, read, write, append)?,
-        DirRef::Host(h) => h.open(&path, follow, of, read, write, append)?,
+        // The host file is opened for writing only if the descriptor may write: an
+        // `O_RDONLY | O_CREAT` of an existing read-only (0444) file opens, as on Linux.
+        DirRef::Host(h) => h.open(&path, follow, of, read, writable, append)?,
     };
     let is_dir = matches!(kind, Kind::StoreDir(_) | Kind::HostDir(_));
     let mut desc = Desc::new(kind, if is_dir { 0 } else { fdf });

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::Mutex;
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
-use cap_std::fs::{Dir, MetadataExt, OpenOptions};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use super::abi::{filetype, oflags, Errno, Filestat};
 use super::dirlist::{Cookies, Item};
@@ -153,7 +153,9 @@ impl HostDir {
         )?))
     }
 
-    /// `path_open`.
+    /// `path_open`. `write`: the descriptor may write, and so the host file is opened for
+    /// writing; without it the host file is opened read-only even to create or truncate it
+    /// (`O_RDONLY | O_CREAT`, which Linux allows, opens an existing read-only file).
     pub fn open(
         &self,
         path: &str,
@@ -169,16 +171,34 @@ impl HostDir {
         }
         let mut opts = OpenOptions::new();
         opts.maybe_dir(true);
-        if of & oflags::CREAT != 0 {
-            if of & oflags::EXCL != 0 {
-                opts.create_new(true);
-            } else {
-                opts.create(true);
+        // Flags std's options cannot say: a directory asked for is opened with
+        // O_DIRECTORY (ENOTDIR at once; opening a FIFO would wait for a writer), and a
+        // read-only open that creates or truncates passes those flags itself (std
+        // refuses them without write access).
+        let mut extra = 0;
+        if want_dir {
+            extra |= libc::O_DIRECTORY;
+        }
+        if write {
+            if of & oflags::CREAT != 0 {
+                match of & oflags::EXCL != 0 {
+                    true => opts.create_new(true),
+                    false => opts.create(true),
+                };
+            }
+            opts.truncate(of & oflags::TRUNC != 0);
+        } else {
+            if of & oflags::CREAT != 0 {
+                extra |= libc::O_CREAT;
+                if of & oflags::EXCL != 0 {
+                    extra |= libc::O_EXCL;
+                }
+            }
+            if of & oflags::TRUNC != 0 {
+                extra |= libc::O_TRUNC;
             }
         }
-        if of & oflags::TRUNC != 0 {
-            opts.truncate(true);
-        }
+        opts.custom_flags(extra);
         opts.read(read || !write).write(write);
         opts.follow(if follow {
             FollowSymlinks::Yes
@@ -457,6 +477,13 @@ fn write_some(
 mod tests {
     use super::*;
 
+    fn kind_err(r: Result<Kind, Errno>) -> Errno {
+        match r {
+            Ok(_) => panic!("opened"),
+            Err(e) => e,
+        }
+    }
+
     /// A directory holding an entry whose name is not UTF-8 is not listed as if it were
     /// empty: EILSEQ, as stock wasmtime says.
     #[test]
@@ -505,6 +532,31 @@ mod tests {
             (libc::S_IFIFO, filetype::UNKNOWN),
         ] {
             assert_eq!(kind_of_mode(mode | 0o644), want, "{mode:o}");
+        }
+    }
+
+    /// A FIFO asked for as a directory is ENOTDIR at once; opening it without O_DIRECTORY
+    /// would wait for a writer that never comes.
+    #[test]
+    fn a_fifo_asked_for_as_a_directory_is_enotdir_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let dir = HostDir::open_ambient(tmp.path()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = dir.open("fifo", true, oflags::DIRECTORY, true, false, false);
+            tx.send(kind_err(r)).ok();
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(e) => assert_eq!(e, Errno::NOTDIR),
+            Err(_) => {
+                // Let the blocked open go before failing.
+                let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+                panic!("path_open of a FIFO with O_DIRECTORY waited for a writer");
+            }
         }
     }
 
