@@ -9,7 +9,10 @@
 //! seen as they happen: when a charge would pass the limit, the quota reads the store's
 //! count again (kept as sizes change, so reading it walks nothing and a pod hammering a
 //! full quota costs the other pods one short hold of the store's lock per write) and only
-//! refuses if the true total is over.
+//! refuses if the true total is over. The true total is the store's count plus the bytes
+//! of writes charged but not finished yet (the store cannot count them, and forgetting
+//! them let two writers together pass the limit); the adapter says when each has
+//! finished ([`crate::wasi::SpaceLimit::written`]).
 
 use std::sync::Mutex;
 
@@ -25,6 +28,8 @@ struct State {
     limit: u64,
     /// The store's count when last read plus everything charged since.
     charged: u64,
+    /// Charged for writes that have not finished: not in the store's count yet.
+    in_flight: u64,
     /// Charges refused (writes that got ENOSPC).
     refused: u64,
 }
@@ -39,6 +44,7 @@ impl Quota {
             state: Mutex::new(State {
                 limit,
                 charged,
+                in_flight: 0,
                 refused: 0,
             }),
         }
@@ -69,14 +75,22 @@ impl crate::wasi::SpaceLimit for Quota {
     fn charge(&self, bytes: u64) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.charged.saturating_add(bytes) > s.limit {
-            s.charged = usage(&self.store, self.tenant);
+            s.charged = usage(&self.store, self.tenant).saturating_add(s.in_flight);
         }
         let fits = s.charged.saturating_add(bytes) <= s.limit;
         match fits {
-            true => s.charged += bytes,
+            true => {
+                s.charged += bytes;
+                s.in_flight += bytes;
+            }
             false => s.refused += 1,
         }
         fits
+    }
+
+    fn written(&self, bytes: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.in_flight = s.in_flight.saturating_sub(bytes);
     }
 }
 
@@ -121,12 +135,14 @@ mod tests {
         let held = store.open_file(root, "a", OpenOptions::create()).unwrap();
         assert!(quota.charge(900 * KB));
         held.write_at(&vec![7u8; 900 * KB as usize], 0).unwrap();
+        quota.written(900 * KB);
         store.unlink(root, "a").unwrap();
         assert!(
             !quota.charge(900 * KB),
             "the removed file's 900 KB still count"
         );
         assert!(quota.charge(100 * KB), "within the limit with them");
+        quota.written(100 * KB);
         // The last close frees them, and the next charge past the limit sees it.
         held.close().unwrap();
         assert_eq!(quota.used(), 0);
@@ -145,6 +161,7 @@ mod tests {
             assert!(quota.charge(300 * KB));
             let f = store.open_file(root, "new", OpenOptions::create()).unwrap();
             f.write_at(&vec![1u8; 300 * KB as usize], 0).unwrap();
+            quota.written(300 * KB);
             f.close().unwrap();
             store.rename(root, "new", root, "a").unwrap();
         }
@@ -152,6 +169,28 @@ mod tests {
         assert!(!quota.charge(800 * KB));
         store.unlink(root, "a").unwrap();
         assert!(quota.charge(800 * KB));
+    }
+
+    /// Two writers charged at once: the second's charge past the limit counts the store
+    /// again, and the first's bytes, charged but not written yet, count on top of what
+    /// the store holds (they used to be forgotten, and both writes went through).
+    #[test]
+    fn a_charge_in_flight_counts_at_a_recount() {
+        let store = store();
+        let (tenant, root) = store.tenant("pod").unwrap();
+        let quota = Quota::new(store.clone(), tenant, 1000 * KB);
+        let f = store.open_file(root, "a", OpenOptions::create()).unwrap();
+        assert!(quota.charge(600 * KB), "the first writer");
+        assert!(
+            !quota.charge(600 * KB),
+            "the second writer, while the first's 600 KB are in flight"
+        );
+        f.write_at(&vec![5u8; 600 * KB as usize], 0).unwrap();
+        quota.written(600 * KB);
+        // Written, they are the store's: counted once, not twice.
+        assert!(!quota.charge(401 * KB));
+        assert!(quota.charge(400 * KB));
+        quota.written(400 * KB);
     }
 
     /// The limit can change under a running tenant (a later pod with another quota), and
@@ -164,12 +203,14 @@ mod tests {
         let f = store.open_file(root, "a", OpenOptions::create()).unwrap();
         assert!(quota.charge(600 * KB));
         f.write_at(&vec![3u8; 600 * KB as usize], 0).unwrap();
+        quota.written(600 * KB);
         quota.set_limit(500 * KB);
         assert_eq!(quota.limit(), 500 * KB);
         assert!(!quota.charge(1), "600 KB held, 500 KB allowed");
         f.set_len(100 * KB).unwrap();
         assert!(quota.charge(400 * KB));
         f.write_at(&vec![4u8; 400 * KB as usize], 100 * KB).unwrap();
+        quota.written(400 * KB);
         assert!(!quota.charge(1), "500 KB held");
         assert_eq!(quota.refusals(), 2);
     }

@@ -139,6 +139,7 @@ impl From<std::io::Error> for Errno {
 /// `filetype`.
 pub mod filetype {
     pub const UNKNOWN: u8 = 0;
+    pub const BLOCK_DEVICE: u8 = 1;
     pub const CHARACTER_DEVICE: u8 = 2;
     pub const DIRECTORY: u8 = 3;
     pub const REGULAR_FILE: u8 = 4;

@@ -551,18 +551,20 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
     if len == 0 {
         return Err(Errno::INVAL);
     }
+    // As posix_fallocate: a descriptor not open for writing is EBADF even where the file
+    // is already as large.
+    if !d.write {
+        return Err(Errno::BADF);
+    }
     let end = offset.checked_add(len).ok_or(Errno::FBIG)?;
     if end <= size {
         return Ok(());
-    }
-    if !d.write {
-        return Err(Errno::BADF);
     }
     // Growing only, decided with the file's other writes held off (the size read above
     // may be stale): an append that landed meanwhile is never cut.
     match &d.kind {
         Kind::StoreFile(f) => {
-            w.charge(end - size)?;
+            let _in_flight = w.charge(end - size)?;
             Ok(f.handle.allocate(end)?)
         }
         Kind::HostFile(f) => f.allocate(offset, len),
@@ -574,15 +576,23 @@ fn fd_allocate(w: &WasiCtx, fd: u32, offset: i64, len: i64) -> R<()> {
 /// its last user, so an error of its final flush reaches the guest (EIO) instead of being
 /// dropped. A file another thread is still in a call on closes when that call ends; this
 /// close makes what was written before it durable all the same, and reports how that went.
+/// A host file's close(2) is reported the same way (NFS and FUSE report writes that failed
+/// after they returned there); one still in another thread's call is flushed through a
+/// duplicate's close.
 pub(super) fn close_desc(d: Arc<Desc>) -> R<()> {
     match Arc::try_unwrap(d) {
         Ok(Desc {
             kind: Kind::StoreFile(f),
             ..
         }) => Ok(f.handle.close()?),
+        Ok(Desc {
+            kind: Kind::HostFile(f),
+            ..
+        }) => f.close(),
         Ok(_) => Ok(()),
         Err(shared) => match &shared.kind {
             Kind::StoreFile(f) => Ok(f.handle.sync_all()?),
+            Kind::HostFile(f) => f.flush_by_close(),
             _ => Ok(()),
         },
     }
@@ -643,7 +653,13 @@ fn fd_fdstat_get(m: &GuestMem, w: &WasiCtx, fd: u32, out: u32) -> R<()> {
             if !d.write {
                 r &= !rights::FD_WRITE;
             }
-            (filetype::REGULAR_FILE, r, r)
+            // A host file may be a device (`/dev/null` under a `--dir /dev`): its real
+            // type, as fd_filestat_get and path_filestat_get say.
+            let ty = match &d.kind {
+                Kind::HostFile(f) => f.filetype()?,
+                _ => filetype::REGULAR_FILE,
+            };
+            (ty, r, r)
         }
         Kind::Listener(_) | Kind::Stream(_) => (filetype::SOCKET_STREAM, rights::ALL, rights::ALL),
     };
@@ -727,9 +743,10 @@ fn fd_set_size(w: &WasiCtx, fd: u32, size: u64) -> R<()> {
     if size > i64::MAX as u64 {
         return Err(Errno::INVAL);
     }
-    if let (Kind::StoreFile(f), true) = (&d.kind, w.has_space_limit()) {
-        w.charge(size.saturating_sub(f.size()?))?;
-    }
+    let _in_flight = match (&d.kind, w.has_space_limit()) {
+        (Kind::StoreFile(f), true) => Some(w.charge(size.saturating_sub(f.size()?))?),
+        _ => None,
+    };
     match set_size(&d, size) {
         // POSIX: EINVAL when the descriptor is not open for writing.
         Err(Errno::BADF) if matches!(d.kind, Kind::StoreFile(_) | Kind::HostFile(_)) => {
@@ -963,12 +980,12 @@ fn fd_write(
                     };
                     w.charge(grows)
                 });
-                if let Err(e) = charged {
-                    if total == 0 {
-                        return Err(e);
-                    }
-                    break;
-                }
+                // Held until the write has finished: the limit counts it meanwhile.
+                let _in_flight = match charged {
+                    Ok(c) => c,
+                    Err(e) if total == 0 => return Err(e),
+                    Err(_) => break,
+                };
                 match f.handle.write_at(data, at) {
                     Ok(landed) => at = landed + len as u64,
                     Err(e) if total == 0 => return Err(e.into()),
@@ -997,21 +1014,23 @@ fn fd_write(
                 let (buf, whole) = m.iovec(iovs, i)?;
                 let len = m.room(total, whole);
                 let data = m.bytes(buf, len, scratch)?;
+                // A write that runs out of room part way counts what it wrote, and the
+                // position moves past it, as Linux's writev; only a call that wrote
+                // nothing returns the error.
                 let written = match append {
-                    true => f.append(data).map(|end| at = end),
-                    false => f
-                        .file
-                        .write_all_at(data, at)
-                        .map(|()| at += len as u64)
-                        .map_err(Errno::from),
+                    true => f.append(data).map(|(done, end)| {
+                        at = end;
+                        done
+                    }),
+                    false => f.write_at(data, at).inspect(|&done| at += done as u64),
                 };
-                match written {
-                    Ok(()) => {}
+                let done = match written {
+                    Ok(done) => done as u32,
                     Err(e) if total == 0 => return Err(e),
                     Err(_) => break,
-                }
-                total += len;
-                if len < whole {
+                };
+                total += done;
+                if done < whole {
                     break;
                 }
             }
@@ -1046,15 +1065,38 @@ fn fd_write(
         }
         _ => return Err(Errno::BADF),
     }
-    // O_DSYNC / O_SYNC: durable before the call returns.
-    if total > 0 && d.flags() & (fdflags::DSYNC | fdflags::SYNC | fdflags::RSYNC) != 0 {
-        match &d.kind {
-            Kind::StoreFile(f) => f.handle.sync_data()?,
-            Kind::HostFile(f) => f.file.sync_data()?,
+    // O_SYNC: the data and all the metadata durable before the call returns (fsync);
+    // O_DSYNC / O_RSYNC: the data and what is needed to read it back (fdatasync).
+    if total > 0 {
+        match (&d.kind, write_sync(d.flags())) {
+            (_, None) => {}
+            (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
+            (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
+            (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
+            (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
             _ => {}
         }
     }
     Ok(total)
+}
+
+/// What a write on a descriptor with `flags` makes durable before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteSync {
+    /// `O_SYNC`: `fsync`.
+    All,
+    /// `O_DSYNC`, `O_RSYNC`: `fdatasync`.
+    Data,
+}
+
+fn write_sync(flags: u16) -> Option<WriteSync> {
+    if flags & fdflags::SYNC != 0 {
+        Some(WriteSync::All)
+    } else if flags & (fdflags::DSYNC | fdflags::RSYNC) != 0 {
+        Some(WriteSync::Data)
+    } else {
+        None
+    }
 }
 
 fn fd_readdir(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32, cookie: u64) -> R<u32> {
@@ -1256,7 +1298,9 @@ fn path_open(
     let follow = dirflags & abi::SYMLINK_FOLLOW != 0;
     let kind = match dir {
         DirRef::Store(s) => s.open(&path, follow, of, read, write, append)?,
-        DirRef::Host(h) => h.open(&path, follow, of, read, write, append)?,
+        // The host file is opened for writing only if the descriptor may write: an
+        // `O_RDONLY | O_CREAT` of an existing read-only (0444) file opens, as on Linux.
+        DirRef::Host(h) => h.open(&path, follow, of, read, writable, append)?,
     };
     let is_dir = matches!(kind, Kind::StoreDir(_) | Kind::HostDir(_));
     let mut desc = Desc::new(kind, if is_dir { 0 } else { fdf });
@@ -1401,6 +1445,18 @@ mod tests {
     use crate::wasi::store_fs::StoreFile;
     use valet_vfs::device::{Geometry, MemoryDevice, ZonedDevice};
     use valet_vfs::{OpenOptions, Store, StoreConfig};
+
+    /// O_SYNC is fsync, O_DSYNC and O_RSYNC fdatasync (O_SYNC was taken for O_DSYNC).
+    #[test]
+    fn each_sync_flag_syncs_what_it_promises() {
+        use fdflags::{APPEND, DSYNC, RSYNC, SYNC};
+        assert_eq!(write_sync(0), None);
+        assert_eq!(write_sync(APPEND), None);
+        assert_eq!(write_sync(SYNC), Some(WriteSync::All));
+        assert_eq!(write_sync(SYNC | DSYNC), Some(WriteSync::All));
+        assert_eq!(write_sync(DSYNC), Some(WriteSync::Data));
+        assert_eq!(write_sync(RSYNC), Some(WriteSync::Data));
+    }
 
     /// A close while another thread is still in a call on the descriptor (it holds the
     /// descriptor, as `w.get` does) makes what was written durable: after a power failure

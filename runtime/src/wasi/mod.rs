@@ -131,6 +131,26 @@ pub trait SpaceLimit: Send + Sync {
     /// Asks for `bytes` more: every byte written to a store file, and the growth of a
     /// `fd_filestat_set_size` or `fd_allocate`. False refuses them.
     fn charge(&self, bytes: u64) -> bool;
+
+    /// The write, resize or allocation `bytes` were charged for has finished (it wrote
+    /// them, or failed): whatever it added is in the store's count now. Until then a
+    /// limit that counts the store again must count them on top.
+    fn written(&self, _bytes: u64) {}
+}
+
+/// Bytes charged against a guest's space limit for one write still in flight; dropped
+/// when the write has finished, which tells the limit ([`SpaceLimit::written`]).
+pub(crate) struct Charge<'a> {
+    space: Option<&'a dyn SpaceLimit>,
+    bytes: u64,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.space {
+            s.written(self.bytes);
+        }
+    }
 }
 
 /// One guest's WASI state, shared by its threads.
@@ -323,12 +343,13 @@ impl WasiCtx {
         Ok(())
     }
 
-    /// Charges `bytes` against the space limit, if any.
+    /// Charges `bytes` against the space limit, if any, for a write the returned charge
+    /// is held over.
     #[inline]
-    pub(crate) fn charge(&self, bytes: u64) -> Result<(), Errno> {
-        match &self.space {
+    pub(crate) fn charge(&self, bytes: u64) -> Result<Charge<'_>, Errno> {
+        match self.space.as_deref() {
             Some(s) if !s.charge(bytes) => Err(Errno::NOSPC),
-            _ => Ok(()),
+            space => Ok(Charge { space, bytes }),
         }
     }
 
