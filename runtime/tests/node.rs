@@ -841,3 +841,26 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     );
     assert!(paused > 0.0, "{paused} s paused");
 }
+
+/// The container's stdout reaches its end when the guest exits, while the shim is still
+/// connected (containerd waits for it before it deletes the container).
+#[test]
+fn a_pods_stdout_ends_when_its_guest_exits_before_the_shim_hangs_up() {
+    let (p, c) = create(
+        "eof",
+        &[("valet.io/tenant", "neof")],
+        &["weof", "/data", "3", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    let (m, _) = proto::recv::<FromAgent>(&p.conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Exited { code: 0 });
+    let (done, ended) = std::sync::mpsc::channel();
+    let Pod { conn, stdout, .. } = p;
+    std::thread::spawn(move || done.send(stdout.join().unwrap()));
+    let out = ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("stdout still open after the guest's exit");
+    assert!(out.contains("ok 3"), "{out}");
+    drop(conn);
+}

@@ -26,7 +26,9 @@
 //!   take the room for names every pod on the store shares);
 //! - the container's rootfs as an ordinary host directory at `/`;
 //! - the container's own stdin, stdout and stderr (the fifos containerd gave the shim), so
-//!   the guest writes straight to the container's log.
+//!   the guest writes straight to the container's log. The agent lets go of them when the
+//!   guest ends (after its last line, a trap's say), before the shim hears of the exit and
+//!   even while a thread of the guest is still to stop, so containerd sees their end.
 //!
 //! Kill: the shim forwards containerd's signal and the guest stops at its next WASI call or
 //! epoch check ([`crate::host::Stop`]), ending with 128 + the signal. The shim dying (its
@@ -357,23 +359,13 @@ impl Agent {
         let exit = host::run(&self.engine, &prepared.module, &prepared.spec, &self.store);
         let msg = match exit {
             Ok(GuestExit::Code(code)) => FromAgent::Exited { code },
-            Ok(GuestExit::Trap(trap)) => {
-                // The trap goes where the guest's own stderr goes.
-                let text = format!("valet: guest trapped: {trap}\n");
-                match &prepared.spec.stdio[2] {
-                    Some(err) => {
-                        use std::io::Write;
-                        (&**err).write_all(text.as_bytes()).ok();
-                    }
-                    None => eprint!("{text}"),
-                }
-                FromAgent::Exited {
-                    code: crate::tenants::EXIT_TRAP as i32,
-                }
-            }
+            // The trap went where the guest's own stderr goes (`trap_on_stderr`).
+            Ok(GuestExit::Trap(_)) => FromAgent::Exited {
+                code: crate::tenants::EXIT_TRAP as i32,
+            },
             Err(e) => failed(e),
         };
-        // The guest is done with its tenant before the shim hears so.
+        // The guest is done with its tenant, and its stdio closed, before the shim hears so.
         drop(prepared);
         reply(out, &msg);
     }
@@ -462,6 +454,7 @@ impl Agent {
                 store_work: Some(self.store.tenant_work(tenant)),
             }),
             memory: Some(self.registry.memory_account(&config.tenant)),
+            trap_on_stderr: true,
             ..GuestSpec::default()
         };
         Ok(Prepared {
