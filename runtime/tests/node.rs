@@ -864,3 +864,70 @@ fn a_pods_stdout_ends_when_its_guest_exits_before_the_shim_hangs_up() {
     assert!(out.contains("ok 3"), "{out}");
     drop(conn);
 }
+
+/// Sends a Create for the module at `module` in `f`'s rootfs; returns the connection and
+/// the agent's answer, which must come within 20 s.
+fn create_module(
+    f: &Fixture,
+    id: &str,
+    module: &str,
+    annotations: &[(&str, &str)],
+) -> (UnixStream, FromAgent) {
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let request = ToAgent::Create(Create {
+        id: id.into(),
+        module: module.into(),
+        args: vec![module.into()],
+        env: vec![],
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        stdio: [false, false, false],
+        content_store: false,
+        module_fd: false,
+        memory_limit: None,
+        pids_limit: None,
+        cpu_limit: None,
+    });
+    proto::send(
+        &conn,
+        &request,
+        &node::create_fds(&rootfs, &[None, None, None]),
+    )
+    .unwrap();
+    let (answer, _) = proto::recv::<FromAgent>(&conn)
+        .expect("an answer within 20 s")
+        .unwrap();
+    (conn, answer)
+}
+
+/// A module that is a FIFO, or larger than any module, is refused at create with one line
+/// (a FIFO used to hold the create forever, a huge file to fill the agent's memory).
+#[test]
+fn a_module_that_is_no_regular_file_or_too_large_is_refused_at_create() {
+    let f = fixture();
+    let fifo = f.rootfs.join("fifo.wasm");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o644) }, 0);
+    let huge = File::create(f.rootfs.join("huge.wasm")).unwrap();
+    huge.set_len(proto::MAX_MODULE + 1).unwrap();
+    for (module, says) in [
+        ("/fifo.wasm", "not a regular file"),
+        ("/huge.wasm", "over the agent's limit of 512 MiB"),
+        ("/etc", "not a regular file"),
+    ] {
+        let (_conn, answer) = create_module(f, "odd", module, &[]);
+        match answer {
+            FromAgent::Failed { message } => {
+                assert!(message.contains(says), "{module}: {message}");
+                assert!(message.contains(module), "{module}: {message}");
+            }
+            other => panic!("{module}: {other:?}"),
+        }
+    }
+}

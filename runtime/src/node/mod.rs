@@ -28,7 +28,10 @@
 //! - the container's own stdin, stdout and stderr (the fifos containerd gave the shim), so
 //!   the guest writes straight to the container's log. The agent lets go of them when the
 //!   guest ends (after its last line, a trap's say), before the shim hears of the exit and
-//!   even while a thread of the guest is still to stop, so containerd sees their end.
+//!   even while a thread of the guest is still to stop, so containerd sees their end;
+//! - the container's module read only if it is a regular file in the rootfs (or the memory
+//!   file the shim sent) of at most [`proto::MAX_MODULE`] (512 MiB), opened without
+//!   blocking: an image cannot make the agent wait on a FIFO or fill its memory.
 //!
 //! Kill: the shim forwards containerd's signal and the guest stops at its next WASI call or
 //! epoch check ([`crate::host::Stop`]), ending with 128 + the signal. The shim dying (its
@@ -422,7 +425,8 @@ impl Agent {
             None => None,
         };
         let bytes = match &module_file {
-            Some(f) => proto::read_all(f).context("reading the module the shim sent")?,
+            Some(f) => proto::read_at_most(f, proto::MAX_MODULE)
+                .context("reading the module the shim sent")?,
             None => read_module(&rootfs, &req.module)?,
         };
         let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
@@ -568,15 +572,25 @@ impl Agent {
     }
 }
 
-/// The module at `path` in the container's rootfs.
+/// The module at `path` in the container's rootfs (cap-std keeps every step of the path,
+/// symbolic links included, inside it): a regular file of at most [`proto::MAX_MODULE`]
+/// bytes. Anything else is refused before it is opened (a device may act when opened)
+/// and again once open, without blocking (a FIFO would hold the create forever, a device
+/// such as `/dev/zero` or a huge sparse file would fill the agent's memory).
 fn read_module(rootfs: &cap_std::fs::Dir, path: &str) -> Result<Vec<u8>> {
+    use cap_std::fs::OpenOptionsExt;
     let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         bail!("no module: the container's first argument must be the .wasm file's path");
     }
-    rootfs
-        .read(rel)
-        .with_context(|| format!("cannot read the module {path} in the container's rootfs"))
+    let context = || format!("cannot read the module {path} in the container's rootfs");
+    if !rootfs.metadata(rel).with_context(context)?.is_file() {
+        return Err(anyhow!("not a regular file")).with_context(context);
+    }
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NONBLOCK);
+    let file = rootfs.open_with(rel, &options).with_context(context)?;
+    proto::read_at_most(&file.into_std(), proto::MAX_MODULE).with_context(context)
 }
 
 /// Hands a module compiled here to the shim, to keep in containerd's content store.
