@@ -842,29 +842,6 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     assert!(paused > 0.0, "{paused} s paused");
 }
 
-/// The container's stdout reaches its end when the guest exits, while the shim is still
-/// connected (containerd waits for it before it deletes the container).
-#[test]
-fn a_pods_stdout_ends_when_its_guest_exits_before_the_shim_hangs_up() {
-    let (p, c) = create(
-        "eof",
-        &[("valet.io/tenant", "neof")],
-        &["weof", "/data", "3", "430"],
-    );
-    assert_eq!(c, FromAgent::Created);
-    p.start();
-    let (m, _) = proto::recv::<FromAgent>(&p.conn).unwrap().unwrap();
-    assert_eq!(m, FromAgent::Exited { code: 0 });
-    let (done, ended) = std::sync::mpsc::channel();
-    let Pod { conn, stdout, .. } = p;
-    std::thread::spawn(move || done.send(stdout.join().unwrap()));
-    let out = ended
-        .recv_timeout(Duration::from_secs(10))
-        .expect("stdout still open after the guest's exit");
-    assert!(out.contains("ok 3"), "{out}");
-    drop(conn);
-}
-
 /// Sends a Create for the module at `module` in `f`'s rootfs; returns the connection and
 /// the agent's answer, which must come within 20 s.
 fn create_module(
@@ -929,5 +906,126 @@ fn a_module_that_is_no_regular_file_or_too_large_is_refused_at_create() {
             }
             other => panic!("{module}: {other:?}"),
         }
+    }
+}
+
+/// The container's stdout reaches its end when the guest exits, while the shim is still
+/// connected (containerd waits for it before it deletes the container).
+#[test]
+fn a_pods_stdout_ends_when_its_guest_exits_before_the_shim_hangs_up() {
+    let (p, c) = create(
+        "eof",
+        &[("valet.io/tenant", "neof")],
+        &["weof", "/data", "3", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    let (m, _) = proto::recv::<FromAgent>(&p.conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Exited { code: 0 });
+    let (done, ended) = std::sync::mpsc::channel();
+    let Pod { conn, stdout, .. } = p;
+    std::thread::spawn(move || done.send(stdout.join().unwrap()));
+    let out = ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("stdout still open after the guest's exit");
+    assert!(out.contains("ok 3"), "{out}");
+    drop(conn);
+}
+
+/// A pod that names no quota runs under its tenant's; a create that fails (its module is
+/// not WebAssembly) changes nothing: not the tenant's quota, and no new tenant is left.
+#[test]
+fn a_pod_without_a_quota_runs_under_its_tenants_and_a_failed_create_changes_nothing() {
+    let sock_dir = tempfile::tempdir().unwrap();
+    let admin = sock_dir.path().join("admin.sock");
+    let f = start_agent_with(16, Some(admin.to_str().unwrap().to_string()), None);
+    let token = std::fs::read_to_string(f._dir.path().join("store/admin.token")).unwrap();
+    let addr = AdminAddr::Unix(admin);
+    let (q, c) = create_on(
+        &f,
+        "q1",
+        &[("valet.io/tenant", "nqt"), ("valet.io/quota", "32KiB")],
+        &["wq1", "/data", "1000", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    q.start();
+    let (e, out, _) = q.wait();
+    assert_eq!(e, FromAgent::Exited { code: 4 }, "{out}");
+    std::fs::write(f.rootfs.join("bad.wasm"), b"not wasm").unwrap();
+    for tenant in ["nqt", "leftover"] {
+        let (_conn, answer) = create_module(
+            &f,
+            "bad",
+            "/bad.wasm",
+            &[("valet.io/tenant", tenant), ("valet.io/quota", "1G")],
+        );
+        assert!(
+            matches!(&answer, FromAgent::Failed { message } if message.contains("not a valid WebAssembly module")),
+            "{answer:?}"
+        );
+    }
+    // The second pod's new file finds the tenant's 32 KiB taken by the first's log.
+    let (q, c) = create_on(
+        &f,
+        "q2",
+        &[("valet.io/tenant", "nqt")],
+        &["wq2", "/data", "1000", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    q.start();
+    let (e, out, _) = q.wait();
+    assert_eq!(e, FromAgent::Exited { code: 4 }, "{out}");
+    assert!(out.contains("enospc"), "{out}");
+    let (code, body) = client::request(&addr, &token, "GET", "/tenants", b"").unwrap();
+    assert_eq!(code, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("\"nqt\""), "{body}");
+    assert!(!body.contains("leftover"), "{body}");
+}
+
+/// A new tenant takes no zone until it writes: pods of new tenants created at once (none
+/// started) are admitted only as far as the spare zones go, two each; once one of them
+/// is gone, its zones are spare again.
+#[test]
+fn new_tenants_created_at_once_are_admitted_only_as_far_as_the_spare_zones_go() {
+    let agent = start_agent(12);
+    let mut held = Vec::new();
+    let refusal = loop {
+        let n = held.len();
+        assert!(n < 6, "{n} new tenants admitted at once on a 12-zone store");
+        let tenant = format!("z{n}");
+        let (pod, answer) = create_on(
+            &agent,
+            &format!("pz{n}"),
+            &[("valet.io/tenant", &tenant)],
+            &["w", "/data", "1", "430"],
+        );
+        match answer {
+            FromAgent::Created => held.push(pod),
+            FromAgent::Failed { message } => break message,
+            other => panic!("{tenant}: {other:?}"),
+        }
+    };
+    assert!(!held.is_empty(), "{refusal}");
+    assert!(refusal.contains("no room for another tenant"), "{refusal}");
+    // One shim hangs up before its start: its tenant's zones are spare again.
+    drop(held.pop());
+    let start = Instant::now();
+    loop {
+        let (pod, answer) = create_on(
+            &agent,
+            "late",
+            &[("valet.io/tenant", "zlate")],
+            &["w", "/data", "1", "430"],
+        );
+        if answer == FromAgent::Created {
+            held.push(pod);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still refused: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

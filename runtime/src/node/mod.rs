@@ -47,9 +47,15 @@
 //!
 //! Admission: tenants never share a zone, so a pod whose tenant is new to the store is
 //! created only while the store has [`NEW_TENANT_ZONES`] spare zones for it
-//! ([`Store::spare_zones`]: free beyond GC's reserve, or dead and waiting for their reset);
-//! otherwise its create fails with one line. Pods of a tenant the store has are always
-//! admitted, and the store still refuses what does not fit (ENOSPC) at the write.
+//! ([`Store::spare_zones`]: free beyond GC's reserve, or dead and waiting for their reset),
+//! beyond those of the new tenants admitted before it that hold no zone yet and still have
+//! a pod (a tenant takes its first zone when it first writes, so creates at the last spare
+//! zones would otherwise all be admitted); otherwise its create fails with one line. Pods
+//! of a tenant the store has are always admitted, and the store still refuses what does not
+//! fit (ENOSPC) at the write. A create is checked (its module read and compiled) before
+//! its tenant is admitted and its settings applied, so a create that fails changes no
+//! running pod's policy, quota or limit of names. A pod with no `valet.io/quota` runs
+//! under its tenant's quota when another pod of it set one.
 //!
 //! Isolation: a pod sees only its tenant's directories (the store refuses `..` out of a
 //! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
@@ -114,8 +120,9 @@ pub struct Agent {
     registry: Arc<Registry>,
     modules: Mutex<HashMap<[u8; 32], Module>>,
     /// Held from a new tenant's admission check to its creation, so that two creates do
-    /// not both take the last spare zones.
-    admission: Mutex<()>,
+    /// not both take the last spare zones; holds the tenants this agent admitted as new
+    /// that hold no zone yet (see [`Agent::admit`]).
+    admission: Mutex<Vec<(TenantId, String)>>,
     running: Running,
 }
 
@@ -317,6 +324,7 @@ impl Agent {
         let out = match conn.try_clone() {
             Ok(c) => c,
             Err(e) => {
+                self.running.ended(key);
                 reply(&conn, &failed(anyhow!("container {id}: {e}")));
                 return;
             }
@@ -413,6 +421,15 @@ impl Agent {
                 config.policy
             )
         })?;
+        // The module first: a create that fails on it changes nothing of the tenant (its
+        // running pods' settings) and leaves no new tenant behind.
+        let bytes = match &module_file {
+            Some(f) => proto::read_at_most(f, proto::MAX_MODULE)
+                .context("reading the module the shim sent")?,
+            None => read_module(&rootfs, &req.module)?,
+        };
+        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
+        drop(bytes);
         let running = self.registry.guest_running(&config.tenant);
         let (tenant, root) = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
@@ -420,16 +437,14 @@ impl Agent {
         if config.files.is_some() {
             self.store.set_entry_limit(tenant, config.files)?;
         }
+        // A pod that names no quota runs under its tenant's, if another pod set one.
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
             Some(limit) => Some(self.registry.quota(&config.tenant, tenant, limit)),
-            None => None,
+            None => self
+                .registry
+                .quota_of(&config.tenant)
+                .map(|q| q as Arc<dyn crate::wasi::SpaceLimit>),
         };
-        let bytes = match &module_file {
-            Some(f) => proto::read_at_most(f, proto::MAX_MODULE)
-                .context("reading the module the shim sent")?,
-            None => read_module(&rootfs, &req.module)?,
-        };
-        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
         let mut preopens = Vec::new();
         for mount in &config.mounts {
             let ino = mkdirs(&self.store, root, mount)
@@ -469,23 +484,38 @@ impl Agent {
     }
 
     /// The root of `tenant`, created if the store has room for a new tenant (see the
-    /// module docs).
+    /// module docs). A new tenant takes no zone until it writes, so the spare zones of
+    /// the tenants admitted before it that hold none yet and still have a pod are counted
+    /// as taken: creates at the last spare zones are admitted only as far as they fit.
     fn admit(&self, tenant: &str) -> Result<(TenantId, Ino)> {
-        let _admitting = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fresh = self.admission.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((id, _, root)) = self.store.tenants().into_iter().find(|t| t.1 == tenant) {
             return Ok((id, root));
         }
-        let spare = self.store.spare_zones();
+        let owners: std::collections::HashSet<TenantId> = self
+            .store
+            .zone_owners()
+            .into_iter()
+            .map(|(_, owner, _)| owner)
+            .collect();
+        let running = self.registry.guests_running();
+        fresh
+            .retain(|(id, name)| !owners.contains(id) && running.get(name).is_some_and(|&n| n > 0));
+        let reserved = fresh.len() as u32 * NEW_TENANT_ZONES;
+        let spare = self.store.spare_zones().saturating_sub(reserved);
         if spare < NEW_TENANT_ZONES {
             let zones = if spare == 1 { "zone" } else { "zones" };
             bail!(
                 "annotation {}={tenant:?}: the node's store has no room for another tenant \
-                 ({spare} spare {zones}, a new tenant needs {NEW_TENANT_ZONES}; tenants never \
-                 share a zone: run this pod in an existing tenant, or free space)",
+                 ({spare} spare {zones} not promised to new tenants, a new tenant needs \
+                 {NEW_TENANT_ZONES}; tenants never share a zone: run this pod in an existing \
+                 tenant, or free space)",
                 pod::TENANT
             );
         }
-        Ok(self.store.tenant(tenant)?)
+        let (id, root) = self.store.tenant(tenant)?;
+        fresh.push((id, tenant.to_string()));
+        Ok((id, root))
     }
 
     /// The compiled module of `bytes` (named `path`), compiled once per distinct content:
