@@ -1029,3 +1029,45 @@ fn new_tenants_created_at_once_are_admitted_only_as_far_as_the_spare_zones_go() 
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A guest's trap is told on the container's stderr, the last line before it ends (the
+/// stderr then reaches its end), and the pod exits with 134.
+#[test]
+fn a_trapping_guest_says_so_on_its_stderr_and_exits_134() {
+    let f = fixture();
+    let module = wat::parse_str(r#"(module (func (export "_start") unreachable))"#).unwrap();
+    std::fs::write(f.rootfs.join("trap.wasm"), module).unwrap();
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let (err_r, err_w) = pipe();
+    let request = ToAgent::Create(Create {
+        id: "trap".into(),
+        module: "/trap.wasm".into(),
+        args: vec!["/trap.wasm".into()],
+        env: vec![],
+        annotations: [("valet.io/tenant".to_string(), "ntrap".to_string())].into(),
+        stdio: [false, false, true],
+        content_store: false,
+        module_fd: false,
+        memory_limit: None,
+        pids_limit: None,
+        cpu_limit: None,
+    });
+    let stdio = [None, None, Some(err_w)];
+    proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
+    drop(stdio);
+    let stderr = reader(err_r);
+    let (answer, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(answer, FromAgent::Created);
+    proto::send(&conn, &ToAgent::Start, &[]).unwrap();
+    let (m, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Started);
+    let (m, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Exited { code: 134 });
+    let err = stderr.join().unwrap();
+    assert!(err.starts_with("valet: guest trapped: "), "{err}");
+    assert!(err.contains("unreachable"), "{err}");
+    drop(conn);
+}
