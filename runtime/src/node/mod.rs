@@ -58,7 +58,9 @@
 //! under its tenant's quota when another pod of it set one.
 //!
 //! Isolation: a pod sees only its tenant's directories (the store refuses `..` out of a
-//! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
+//! preopen) and its own rootfs; tenants never share a stream, so never a zone. Under
+//! Kubernetes a pod's tenant is always one of its namespace's (`NAMESPACE.T`, see [`pod`]):
+//! naming a tenant shares it with the namespace's other pods, never another namespace's. The guest
 //! is confined by WebAssembly, not by the container's namespaces or cgroup: its CPU and
 //! memory are the agent's (give the agent's DaemonSet the node's budget for Valet pods).
 //! The agent keeps the container's own limits for it: its memory limit bounds the guest's
