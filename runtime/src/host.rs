@@ -10,8 +10,15 @@
 //! threads traps, and running guest code is interrupted at its next epoch check (an
 //! engine of [`Stopping::EpochChecks`] has epoch interruption on; an epoch tick asks each
 //! store whether its guest is ending; under [`Stopping::NoChecks`] the process's exit
-//! stops that code instead). A thread blocked in `memory.atomic.wait` with no timeout is
-//! left parked until the process exits. Each guest thread is an OS thread; a guest's
+//! stops that code instead). A thread blocked in `memory.atomic.wait` (with no timeout, or
+//! a long one) is woken once the guest has ended and its threads have had
+//! [`PARKED_GRACE`] to end: wasmtime has no "wake every waiter", so a background thread
+//! of low priority notifies every 4-byte-aligned address of the guest's shared memory
+//! ([`Threads::wake_parked`]; in the test profile, wasmtime unoptimised, 1.8 s for 64 MiB
+//! and 17 s for 512 MiB: `the_cost_of_notifying_every_address` in `tests/parked_threads.rs`),
+//! then ticks the epoch; the woken thread traps at its next epoch check or WASI call, and
+//! its OS thread and the memory go. (Under [`Stopping::NoChecks`] a woken thread runs
+//! until its next WASI call.) Each guest thread is an OS thread; a guest's
 //! [`GuestSpec::thread_limit`] bounds how many run at once, and its [`GuestSpec::cpu`]
 //! limit the CPU time they use, charged at epoch checks ([`crate::cpu_limit`]).
 //!
@@ -88,6 +95,9 @@ pub struct GuestSpec {
     /// The tenant's account of its guests' linear memory, which this guest joins while it
     /// runs (see [`crate::guest_memory`]).
     pub memory: Option<Arc<MemoryAccount>>,
+    /// A trap is also told on the guest's stderr (`valet: guest trapped: ...`), the last
+    /// line written for the guest (the node agent: a container's log).
+    pub trap_on_stderr: bool,
 }
 
 /// Stops a running guest from another thread, as a signal stops a process (the node
@@ -131,6 +141,15 @@ impl Stop {
         }
     }
 
+    /// Forgets the guest once it has ended, so that a `Stop` kept by its owner (the node
+    /// agent keeps it until the shim hangs up) holds neither its stdio nor its memory.
+    fn detach(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.engine = None;
+        state.wasi = None;
+        state.threads = None;
+    }
+
     fn attach(&self, engine: &Engine, wasi: &Arc<WasiCtx>, threads: Option<&Arc<Threads>>) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.engine = Some(engine.clone());
@@ -158,6 +177,10 @@ pub enum GuestExit {
 /// Stack for each guest thread (main and spawned): room for wasmtime's guest stack and
 /// the host frames under it.
 const THREAD_STACK: usize = 8 << 20;
+
+/// How long the threads of an ended guest have to end by themselves (at their next epoch
+/// check or WASI call) before those still parked in `memory.atomic.wait` are woken.
+pub const PARKED_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How the threads of a guest that has ended are stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -375,7 +398,8 @@ impl Threads {
                     Ok(()) => {}
                     Err(e) => this.finish(end_of(Err(e))),
                 }
-                this.running.fetch_sub(1, Ordering::Relaxed);
+                drop(store);
+                this.running.fetch_sub(1, Ordering::Release);
             });
         match started {
             Ok(_) => tid as i32,
@@ -384,6 +408,55 @@ impl Threads {
                 -1
             }
         }
+    }
+
+    /// Once the guest has ended: gives its threads [`PARKED_GRACE`] to end, then wakes
+    /// those still parked in `memory.atomic.wait32/64` by notifying every 4-byte-aligned
+    /// address of the shared memory (a 64-bit wait is on such an address too), and ticks
+    /// the epoch so that a woken thread meets a passed deadline at its next check; up to
+    /// three rounds, for a thread that waits again before any check. On a thread of its
+    /// own, at the lowest priority: the sweep costs a lock and a lookup per address (see
+    /// the module docs), and is only made when a thread is left after the grace.
+    fn wake_parked(self: Arc<Self>) {
+        let waker = std::thread::Builder::new()
+            .name("guest-waker".into())
+            .spawn(move || {
+                // SAFETY: setpriority(2) on this thread (its kernel id); no pointers.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+                }
+                for _ in 0..3 {
+                    if self.threads_end_within(PARKED_GRACE) {
+                        return;
+                    }
+                    self.notify_every_address();
+                    self.engine.increment_epoch();
+                }
+            });
+        // Without a thread for it, parked threads stay parked, as they always did.
+        drop(waker);
+    }
+
+    /// Whether every thread of the guest ends within `limit`.
+    fn threads_end_within(&self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.running.load(Ordering::Acquire) > 0 {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// Wakes every waiter of the shared memory; returns how many were woken.
+    fn notify_every_address(&self) -> u64 {
+        let size = self.memory.data_size() as u64;
+        let mut woken = 0;
+        for addr in (0..size).step_by(4) {
+            woken += u64::from(self.memory.atomic_notify(addr, u32::MAX).unwrap_or(0));
+        }
+        woken
     }
 }
 
@@ -419,12 +492,13 @@ fn wasi_context(spec: &GuestSpec, store: &Store) -> Result<WasiCtx> {
         });
     }
     Ok(WasiCtx::new(spec.args.clone(), spec.env.clone(), preopens)?
-        .with_stdio(spec.stdio.clone())
+        .with_stdio(spec.stdio.clone())?
         .with_space_limit(spec.space_limit.clone()))
 }
 
 /// Runs a guest to completion on `store`. Descriptors it leaves open are closed at the end
-/// (a store file's close makes its data durable).
+/// (a store file's close makes its data durable), and its stdio let go of
+/// ([`WasiCtx::release_stdio`]), even while a thread of it is still to stop.
 pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) -> Result<GuestExit> {
     let wasi = Arc::new(wasi_context(spec, store)?);
     let mut linker: Linker<GuestState> = Linker::new(engine);
@@ -453,7 +527,7 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
     // Counted in the tenant's memory until this returns.
     let memory = spec.memory.as_ref().map(|account| account.guest());
     let run = if threaded { run_threaded } else { run_plain };
-    let end = run(
+    let ran = run(
         engine,
         module,
         linker,
@@ -461,7 +535,18 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
         wasi.clone(),
         budget,
         memory.as_ref(),
-    )?;
+    );
+    if let Some(stop) = &spec.stop {
+        stop.detach();
+    }
+    let end = match ran {
+        Ok(end) => end,
+        Err(e) => {
+            wasi.end();
+            wasi.release_stdio();
+            return Err(e);
+        }
+    };
     wasi.end();
     match (wasi.close_all(), &end) {
         (Ok(()), _) => {}
@@ -477,6 +562,12 @@ pub fn run(engine: &Engine, module: &Module, spec: &GuestSpec, store: &Store) ->
             let _ = wasi.stdio_write(2, line.as_bytes());
         }
     }
+    if let (End::Trap(trap), true) = (&end, spec.trap_on_stderr) {
+        // Through the context's stdio: a reader that does not read costs the write, not
+        // a wait (the guest is ending, so a full pipe is given up on at once).
+        let _ = wasi.stdio_write(2, format!("valet: guest trapped: {trap}\n").as_bytes());
+    }
+    wasi.release_stdio();
     Ok(match end {
         End::Code(code) => GuestExit::Code(code),
         End::Trap(text) => GuestExit::Trap(text),
@@ -636,21 +727,28 @@ fn run_threaded(
     // The main thread runs on a thread of its own, so that whichever guest thread ends the
     // program first, this one sees it at once.
     let main = threads.clone();
-    std::thread::Builder::new()
+    let started = std::thread::Builder::new()
         .name("guest-main".into())
         .stack_size(THREAD_STACK)
         .spawn(move || {
             let result = start.call(&mut store, ());
             main.finish(end_of(result));
-        })
-        .context("starting the guest's main thread")?;
+            drop(store);
+            main.running.fetch_sub(1, Ordering::Release);
+        });
+    if let Err(e) = started {
+        return Err(e).context("starting the guest's main thread");
+    }
     let mut slot = threads.end.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
+    let end = loop {
         if let Some(end) = slot.take() {
-            return Ok(end);
+            break end;
         }
         slot = threads.ended.wait(slot).unwrap_or_else(|p| p.into_inner());
-    }
+    };
+    drop(slot);
+    threads.clone().wake_parked();
+    Ok(end)
 }
 
 #[cfg(test)]

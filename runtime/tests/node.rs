@@ -841,3 +841,233 @@ fn the_agents_metrics_count_each_pods_guests_and_syncs() {
     );
     assert!(paused > 0.0, "{paused} s paused");
 }
+
+/// Sends a Create for the module at `module` in `f`'s rootfs; returns the connection and
+/// the agent's answer, which must come within 20 s.
+fn create_module(
+    f: &Fixture,
+    id: &str,
+    module: &str,
+    annotations: &[(&str, &str)],
+) -> (UnixStream, FromAgent) {
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let request = ToAgent::Create(Create {
+        id: id.into(),
+        module: module.into(),
+        args: vec![module.into()],
+        env: vec![],
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        stdio: [false, false, false],
+        content_store: false,
+        module_fd: false,
+        memory_limit: None,
+        pids_limit: None,
+        cpu_limit: None,
+    });
+    proto::send(
+        &conn,
+        &request,
+        &node::create_fds(&rootfs, &[None, None, None]),
+    )
+    .unwrap();
+    let (answer, _) = proto::recv::<FromAgent>(&conn)
+        .expect("an answer within 20 s")
+        .unwrap();
+    (conn, answer)
+}
+
+/// A module that is a FIFO, or larger than any module, is refused at create with one line
+/// (a FIFO used to hold the create forever, a huge file to fill the agent's memory).
+#[test]
+fn a_module_that_is_no_regular_file_or_too_large_is_refused_at_create() {
+    let f = fixture();
+    let fifo = f.rootfs.join("fifo.wasm");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o644) }, 0);
+    let huge = File::create(f.rootfs.join("huge.wasm")).unwrap();
+    huge.set_len(proto::MAX_MODULE + 1).unwrap();
+    for (module, says) in [
+        ("/fifo.wasm", "not a regular file"),
+        ("/huge.wasm", "over the agent's limit of 512 MiB"),
+        ("/etc", "not a regular file"),
+    ] {
+        let (_conn, answer) = create_module(f, "odd", module, &[]);
+        match answer {
+            FromAgent::Failed { message } => {
+                assert!(message.contains(says), "{module}: {message}");
+                assert!(message.contains(module), "{module}: {message}");
+            }
+            other => panic!("{module}: {other:?}"),
+        }
+    }
+}
+
+/// The container's stdout reaches its end when the guest exits, while the shim is still
+/// connected (containerd waits for it before it deletes the container).
+#[test]
+fn a_pods_stdout_ends_when_its_guest_exits_before_the_shim_hangs_up() {
+    let (p, c) = create(
+        "eof",
+        &[("valet.io/tenant", "neof")],
+        &["weof", "/data", "3", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    p.start();
+    let (m, _) = proto::recv::<FromAgent>(&p.conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Exited { code: 0 });
+    let (done, ended) = std::sync::mpsc::channel();
+    let Pod { conn, stdout, .. } = p;
+    std::thread::spawn(move || done.send(stdout.join().unwrap()));
+    let out = ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("stdout still open after the guest's exit");
+    assert!(out.contains("ok 3"), "{out}");
+    drop(conn);
+}
+
+/// A pod that names no quota runs under its tenant's; a create that fails (its module is
+/// not WebAssembly) changes nothing: not the tenant's quota, and no new tenant is left.
+#[test]
+fn a_pod_without_a_quota_runs_under_its_tenants_and_a_failed_create_changes_nothing() {
+    let sock_dir = tempfile::tempdir().unwrap();
+    let admin = sock_dir.path().join("admin.sock");
+    let f = start_agent_with(16, Some(admin.to_str().unwrap().to_string()), None);
+    let token = std::fs::read_to_string(f._dir.path().join("store/admin.token")).unwrap();
+    let addr = AdminAddr::Unix(admin);
+    let (q, c) = create_on(
+        &f,
+        "q1",
+        &[("valet.io/tenant", "nqt"), ("valet.io/quota", "32KiB")],
+        &["wq1", "/data", "1000", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    q.start();
+    let (e, out, _) = q.wait();
+    assert_eq!(e, FromAgent::Exited { code: 4 }, "{out}");
+    std::fs::write(f.rootfs.join("bad.wasm"), b"not wasm").unwrap();
+    for tenant in ["nqt", "leftover"] {
+        let (_conn, answer) = create_module(
+            &f,
+            "bad",
+            "/bad.wasm",
+            &[("valet.io/tenant", tenant), ("valet.io/quota", "1G")],
+        );
+        assert!(
+            matches!(&answer, FromAgent::Failed { message } if message.contains("not a valid WebAssembly module")),
+            "{answer:?}"
+        );
+    }
+    // The second pod's new file finds the tenant's 32 KiB taken by the first's log.
+    let (q, c) = create_on(
+        &f,
+        "q2",
+        &[("valet.io/tenant", "nqt")],
+        &["wq2", "/data", "1000", "430"],
+    );
+    assert_eq!(c, FromAgent::Created);
+    q.start();
+    let (e, out, _) = q.wait();
+    assert_eq!(e, FromAgent::Exited { code: 4 }, "{out}");
+    assert!(out.contains("enospc"), "{out}");
+    let (code, body) = client::request(&addr, &token, "GET", "/tenants", b"").unwrap();
+    assert_eq!(code, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("\"nqt\""), "{body}");
+    assert!(!body.contains("leftover"), "{body}");
+}
+
+/// A new tenant takes no zone until it writes: pods of new tenants created at once (none
+/// started) are admitted only as far as the spare zones go, two each; once one of them
+/// is gone, its zones are spare again.
+#[test]
+fn new_tenants_created_at_once_are_admitted_only_as_far_as_the_spare_zones_go() {
+    let agent = start_agent(12);
+    let mut held = Vec::new();
+    let refusal = loop {
+        let n = held.len();
+        assert!(n < 6, "{n} new tenants admitted at once on a 12-zone store");
+        let tenant = format!("z{n}");
+        let (pod, answer) = create_on(
+            &agent,
+            &format!("pz{n}"),
+            &[("valet.io/tenant", &tenant)],
+            &["w", "/data", "1", "430"],
+        );
+        match answer {
+            FromAgent::Created => held.push(pod),
+            FromAgent::Failed { message } => break message,
+            other => panic!("{tenant}: {other:?}"),
+        }
+    };
+    assert!(!held.is_empty(), "{refusal}");
+    assert!(refusal.contains("no room for another tenant"), "{refusal}");
+    // One shim hangs up before its start: its tenant's zones are spare again.
+    drop(held.pop());
+    let start = Instant::now();
+    loop {
+        let (pod, answer) = create_on(
+            &agent,
+            "late",
+            &[("valet.io/tenant", "zlate")],
+            &["w", "/data", "1", "430"],
+        );
+        if answer == FromAgent::Created {
+            held.push(pod);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still refused: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A guest's trap is told on the container's stderr, the last line before it ends (the
+/// stderr then reaches its end), and the pod exits with 134.
+#[test]
+fn a_trapping_guest_says_so_on_its_stderr_and_exits_134() {
+    let f = fixture();
+    let module = wat::parse_str(r#"(module (func (export "_start") unreachable))"#).unwrap();
+    std::fs::write(f.rootfs.join("trap.wasm"), module).unwrap();
+    let conn = UnixStream::connect(&f.socket).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let rootfs = File::open(&f.rootfs).unwrap();
+    let (err_r, err_w) = pipe();
+    let request = ToAgent::Create(Create {
+        id: "trap".into(),
+        module: "/trap.wasm".into(),
+        args: vec!["/trap.wasm".into()],
+        env: vec![],
+        annotations: [("valet.io/tenant".to_string(), "ntrap".to_string())].into(),
+        stdio: [false, false, true],
+        content_store: false,
+        module_fd: false,
+        memory_limit: None,
+        pids_limit: None,
+        cpu_limit: None,
+    });
+    let stdio = [None, None, Some(err_w)];
+    proto::send(&conn, &request, &node::create_fds(&rootfs, &stdio)).unwrap();
+    drop(stdio);
+    let stderr = reader(err_r);
+    let (answer, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(answer, FromAgent::Created);
+    proto::send(&conn, &ToAgent::Start, &[]).unwrap();
+    let (m, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Started);
+    let (m, _) = proto::recv::<FromAgent>(&conn).unwrap().unwrap();
+    assert_eq!(m, FromAgent::Exited { code: 134 });
+    let err = stderr.join().unwrap();
+    assert!(err.starts_with("valet: guest trapped: "), "{err}");
+    assert!(err.contains("unreachable"), "{err}");
+    drop(conn);
+}

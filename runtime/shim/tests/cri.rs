@@ -476,12 +476,13 @@ fn kubelet_path_runs_a_pod_through_cri() {
     });
     drop(containerd);
 
-    // The pod's files are on the node store, in the tenant its annotation named.
+    // The pod's files are on the node store, in the tenant its annotation named, which
+    // is its namespace's.
     agent.take().unwrap().kill();
     let store = device(&store_dir)
         .mount_existing()
         .expect("mounting the store");
-    assert_eq!(records(&store, "cri-db", "w"), 200);
+    assert_eq!(records(&store, "default.cri-db", "w"), 200);
     let report = store.fsck().unwrap();
     assert!(report.is_clean(), "fsck: {report:?}");
 }

@@ -249,6 +249,12 @@ impl Registry {
         q.clone()
     }
 
+    /// The quota of tenant `name`, if a guest of it ever had one.
+    pub fn quota_of(&self, name: &str) -> Option<Arc<Quota>> {
+        let quotas = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        quotas.get(name).cloned()
+    }
+
     /// Every tenant's quota, by tenant name (tenants without one left out).
     pub fn quotas(&self) -> BTreeMap<String, Arc<Quota>> {
         self.quotas

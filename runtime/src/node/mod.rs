@@ -26,7 +26,12 @@
 //!   take the room for names every pod on the store shares);
 //! - the container's rootfs as an ordinary host directory at `/`;
 //! - the container's own stdin, stdout and stderr (the fifos containerd gave the shim), so
-//!   the guest writes straight to the container's log.
+//!   the guest writes straight to the container's log. The agent lets go of them when the
+//!   guest ends (after its last line, a trap's say), before the shim hears of the exit and
+//!   even while a thread of the guest is still to stop, so containerd sees their end;
+//! - the container's module read only if it is a regular file in the rootfs (or the memory
+//!   file the shim sent) of at most [`proto::MAX_MODULE`] (512 MiB), opened without
+//!   blocking: an image cannot make the agent wait on a FIFO or fill its memory.
 //!
 //! Kill: the shim forwards containerd's signal and the guest stops at its next WASI call or
 //! epoch check ([`crate::host::Stop`]), ending with 128 + the signal. The shim dying (its
@@ -42,12 +47,20 @@
 //!
 //! Admission: tenants never share a zone, so a pod whose tenant is new to the store is
 //! created only while the store has [`NEW_TENANT_ZONES`] spare zones for it
-//! ([`Store::spare_zones`]: free beyond GC's reserve, or dead and waiting for their reset);
-//! otherwise its create fails with one line. Pods of a tenant the store has are always
-//! admitted, and the store still refuses what does not fit (ENOSPC) at the write.
+//! ([`Store::spare_zones`]: free beyond GC's reserve, or dead and waiting for their reset),
+//! beyond those of the new tenants admitted before it that hold no zone yet and still have
+//! a pod (a tenant takes its first zone when it first writes, so creates at the last spare
+//! zones would otherwise all be admitted); otherwise its create fails with one line. Pods
+//! of a tenant the store has are always admitted, and the store still refuses what does not
+//! fit (ENOSPC) at the write. A create is checked (its module read and compiled) before
+//! its tenant is admitted and its settings applied, so a create that fails changes no
+//! running pod's policy, quota or limit of names. A pod with no `valet.io/quota` runs
+//! under its tenant's quota when another pod of it set one.
 //!
 //! Isolation: a pod sees only its tenant's directories (the store refuses `..` out of a
-//! preopen) and its own rootfs; tenants never share a stream, so never a zone. The guest
+//! preopen) and its own rootfs; tenants never share a stream, so never a zone. Under
+//! Kubernetes a pod's tenant is always one of its namespace's (`NAMESPACE.T`, see [`pod`]):
+//! naming a tenant shares it with the namespace's other pods, never another namespace's. The guest
 //! is confined by WebAssembly, not by the container's namespaces or cgroup: its CPU and
 //! memory are the agent's (give the agent's DaemonSet the node's budget for Valet pods).
 //! The agent keeps the container's own limits for it: its memory limit bounds the guest's
@@ -109,8 +122,9 @@ pub struct Agent {
     registry: Arc<Registry>,
     modules: Mutex<HashMap<[u8; 32], Module>>,
     /// Held from a new tenant's admission check to its creation, so that two creates do
-    /// not both take the last spare zones.
-    admission: Mutex<()>,
+    /// not both take the last spare zones; holds the tenants this agent admitted as new
+    /// that hold no zone yet (see [`Agent::admit`]).
+    admission: Mutex<Vec<(TenantId, String)>>,
     running: Running,
 }
 
@@ -312,6 +326,7 @@ impl Agent {
         let out = match conn.try_clone() {
             Ok(c) => c,
             Err(e) => {
+                self.running.ended(key);
                 reply(&conn, &failed(anyhow!("container {id}: {e}")));
                 return;
             }
@@ -357,23 +372,13 @@ impl Agent {
         let exit = host::run(&self.engine, &prepared.module, &prepared.spec, &self.store);
         let msg = match exit {
             Ok(GuestExit::Code(code)) => FromAgent::Exited { code },
-            Ok(GuestExit::Trap(trap)) => {
-                // The trap goes where the guest's own stderr goes.
-                let text = format!("valet: guest trapped: {trap}\n");
-                match &prepared.spec.stdio[2] {
-                    Some(err) => {
-                        use std::io::Write;
-                        (&**err).write_all(text.as_bytes()).ok();
-                    }
-                    None => eprint!("{text}"),
-                }
-                FromAgent::Exited {
-                    code: crate::tenants::EXIT_TRAP as i32,
-                }
-            }
+            // The trap went where the guest's own stderr goes (`trap_on_stderr`).
+            Ok(GuestExit::Trap(_)) => FromAgent::Exited {
+                code: crate::tenants::EXIT_TRAP as i32,
+            },
             Err(e) => failed(e),
         };
-        // The guest is done with its tenant before the shim hears so.
+        // The guest is done with its tenant, and its stdio closed, before the shim hears so.
         drop(prepared);
         reply(out, &msg);
     }
@@ -418,6 +423,15 @@ impl Agent {
                 config.policy
             )
         })?;
+        // The module first: a create that fails on it changes nothing of the tenant (its
+        // running pods' settings) and leaves no new tenant behind.
+        let bytes = match &module_file {
+            Some(f) => proto::read_at_most(f, proto::MAX_MODULE)
+                .context("reading the module the shim sent")?,
+            None => read_module(&rootfs, &req.module)?,
+        };
+        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
+        drop(bytes);
         let running = self.registry.guest_running(&config.tenant);
         let (tenant, root) = self.admit(&config.tenant)?;
         self.registry.activate(&config.tenant, &config.policy)?;
@@ -425,15 +439,14 @@ impl Agent {
         if config.files.is_some() {
             self.store.set_entry_limit(tenant, config.files)?;
         }
+        // A pod that names no quota runs under its tenant's, if another pod set one.
         let space_limit: Option<Arc<dyn crate::wasi::SpaceLimit>> = match config.quota {
             Some(limit) => Some(self.registry.quota(&config.tenant, tenant, limit)),
-            None => None,
+            None => self
+                .registry
+                .quota_of(&config.tenant)
+                .map(|q| q as Arc<dyn crate::wasi::SpaceLimit>),
         };
-        let bytes = match &module_file {
-            Some(f) => proto::read_all(f).context("reading the module the shim sent")?,
-            None => read_module(&rootfs, &req.module)?,
-        };
-        let module = self.module(&bytes, &req.module, req.content_store.then_some(conn))?;
         let mut preopens = Vec::new();
         for mount in &config.mounts {
             let ino = mkdirs(&self.store, root, mount)
@@ -462,6 +475,7 @@ impl Agent {
                 store_work: Some(self.store.tenant_work(tenant)),
             }),
             memory: Some(self.registry.memory_account(&config.tenant)),
+            trap_on_stderr: true,
             ..GuestSpec::default()
         };
         Ok(Prepared {
@@ -472,23 +486,38 @@ impl Agent {
     }
 
     /// The root of `tenant`, created if the store has room for a new tenant (see the
-    /// module docs).
+    /// module docs). A new tenant takes no zone until it writes, so the spare zones of
+    /// the tenants admitted before it that hold none yet and still have a pod are counted
+    /// as taken: creates at the last spare zones are admitted only as far as they fit.
     fn admit(&self, tenant: &str) -> Result<(TenantId, Ino)> {
-        let _admitting = self.admission.lock().unwrap_or_else(|p| p.into_inner());
+        let mut fresh = self.admission.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((id, _, root)) = self.store.tenants().into_iter().find(|t| t.1 == tenant) {
             return Ok((id, root));
         }
-        let spare = self.store.spare_zones();
+        let owners: std::collections::HashSet<TenantId> = self
+            .store
+            .zone_owners()
+            .into_iter()
+            .map(|(_, owner, _)| owner)
+            .collect();
+        let running = self.registry.guests_running();
+        fresh
+            .retain(|(id, name)| !owners.contains(id) && running.get(name).is_some_and(|&n| n > 0));
+        let reserved = fresh.len() as u32 * NEW_TENANT_ZONES;
+        let spare = self.store.spare_zones().saturating_sub(reserved);
         if spare < NEW_TENANT_ZONES {
             let zones = if spare == 1 { "zone" } else { "zones" };
             bail!(
                 "annotation {}={tenant:?}: the node's store has no room for another tenant \
-                 ({spare} spare {zones}, a new tenant needs {NEW_TENANT_ZONES}; tenants never \
-                 share a zone: run this pod in an existing tenant, or free space)",
+                 ({spare} spare {zones} not promised to new tenants, a new tenant needs \
+                 {NEW_TENANT_ZONES}; tenants never share a zone: run this pod in an existing \
+                 tenant, or free space)",
                 pod::TENANT
             );
         }
-        Ok(self.store.tenant(tenant)?)
+        let (id, root) = self.store.tenant(tenant)?;
+        fresh.push((id, tenant.to_string()));
+        Ok((id, root))
     }
 
     /// The compiled module of `bytes` (named `path`), compiled once per distinct content:
@@ -575,15 +604,25 @@ impl Agent {
     }
 }
 
-/// The module at `path` in the container's rootfs.
+/// The module at `path` in the container's rootfs (cap-std keeps every step of the path,
+/// symbolic links included, inside it): a regular file of at most [`proto::MAX_MODULE`]
+/// bytes. Anything else is refused before it is opened (a device may act when opened)
+/// and again once open, without blocking (a FIFO would hold the create forever, a device
+/// such as `/dev/zero` or a huge sparse file would fill the agent's memory).
 fn read_module(rootfs: &cap_std::fs::Dir, path: &str) -> Result<Vec<u8>> {
+    use cap_std::fs::OpenOptionsExt;
     let rel = path.trim_start_matches('/');
     if rel.is_empty() {
         bail!("no module: the container's first argument must be the .wasm file's path");
     }
-    rootfs
-        .read(rel)
-        .with_context(|| format!("cannot read the module {path} in the container's rootfs"))
+    let context = || format!("cannot read the module {path} in the container's rootfs");
+    if !rootfs.metadata(rel).with_context(context)?.is_file() {
+        return Err(anyhow!("not a regular file")).with_context(context);
+    }
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NONBLOCK);
+    let file = rootfs.open_with(rel, &options).with_context(context)?;
+    proto::read_at_most(&file.into_std(), proto::MAX_MODULE).with_context(context)
 }
 
 /// Hands a module compiled here to the shim, to keep in containerd's content store.

@@ -4,13 +4,21 @@
 //!
 //! | annotation | value | default |
 //! | --- | --- | --- |
-//! | `valet.io/tenant` | the store tenant the pod's files belong to: 1–63 of `A-Z a-z 0-9 . _ -`, not starting with `.` | the pod (`NAMESPACE.NAME` under Kubernetes), else the container id |
+//! | `valet.io/tenant` | the store tenant the pod's files belong to: 1–63 of `A-Z a-z 0-9 . _ -`, not starting with `.`; under Kubernetes the store tenant is `NAMESPACE.T` for `T`, so pods of one namespace share a tenant by naming it and no other namespace can reach it | the pod (`NAMESPACE.NAME` under Kubernetes), else the container id |
 //! | `valet.io/policy` | a placement policy loaded in the agent: a built-in (`default`, `rocks`, `cachelib`, ...) or a module uploaded through the agent's admin API | `default` |
 //! | `valet.io/quota` | most bytes the tenant's files may hold: a number with an optional `K`, `M`, `G`, `T` (powers of 1024; `Ki`, `KiB`, `KB` are read the same) | none |
 //! | `valet.io/files` | most names (files, directories, symbolic and hard links) the tenant's tree may hold, the directories of its mounts included: a number with an optional `K` or `M` (thousands, millions) | none |
 //! | `valet.io/mounts` | comma-separated absolute paths of the guest that live on the store; `/data` is the tenant's directory `data`, `/var/log` its `var/log` | `/data` |
 //!
 //! Any other `valet.io/` key is refused, so a misspelt annotation is not silently ignored.
+//!
+//! "Under Kubernetes" means the container has the CRI's annotation
+//! `io.kubernetes.cri.sandbox-namespace`, which containerd's CRI plugin sets itself (a pod's
+//! own annotations reach the shim only through the `pod_annotations` filter, `valet.io/*`).
+//! Without it (plain `ctr`, run by the node's admins) a named tenant is taken as given. A
+//! store tenant name that does not fit 63 characters, or whose characters had to be
+//! replaced, is cut and ends with `-` and 16 hex digits of a hash of the full name, so
+//! two distinct pods or namespaces never share a tenant by accident.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +32,10 @@ pub const POLICY: &str = "valet.io/policy";
 pub const QUOTA: &str = "valet.io/quota";
 pub const FILES: &str = "valet.io/files";
 pub const MOUNTS: &str = "valet.io/mounts";
+/// The CRI's annotation of the pod's Kubernetes namespace (set by containerd's CRI plugin).
+pub const CRI_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
+/// The CRI's annotation of the pod's name.
+pub const CRI_NAME: &str = "io.kubernetes.cri.sandbox-name";
 
 /// A pod's settings, checked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,8 +52,8 @@ pub struct PodConfig {
 
 impl PodConfig {
     /// Reads and checks the `valet.io/*` annotations of a container `id` (other annotations
-    /// are ignored, except the CRI's pod name for the default tenant). The error names the
-    /// annotation and says what is wrong, in one line.
+    /// are ignored, except the CRI's pod namespace and name, which scope the tenant). The
+    /// error names the annotation and says what is wrong, in one line.
     pub fn from_annotations(id: &str, annotations: &BTreeMap<String, String>) -> Result<Self> {
         for key in annotations.keys() {
             let known = [TENANT, POLICY, QUOTA, FILES, MOUNTS];
@@ -49,12 +61,16 @@ impl PodConfig {
                 bail!("unknown annotation {key} (known: {})", known.join(", "));
             }
         }
-        let tenant = match annotations.get(TENANT) {
-            Some(t) => {
+        let namespace = annotations.get(CRI_NAMESPACE);
+        let tenant = match (annotations.get(TENANT), namespace) {
+            (Some(t), ns) => {
                 check_name(t).map_err(|e| anyhow::anyhow!("annotation {TENANT}={t:?}: {e}"))?;
-                t.clone()
+                match ns {
+                    Some(ns) => store_name(&format!("{ns}.{t}")),
+                    None => t.clone(),
+                }
             }
-            None => default_tenant(id, annotations),
+            (None, _) => default_tenant(id, annotations),
         };
         let policy = match annotations.get(POLICY) {
             Some(p) => {
@@ -108,17 +124,28 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The pod under Kubernetes (CRI annotations), else the container: every character outside
-/// the allowed set becomes '-', and the result is cut to 63.
+/// The pod under Kubernetes (CRI annotations), else the container, as a store name.
 fn default_tenant(id: &str, annotations: &BTreeMap<String, String>) -> String {
-    let pod = match (
-        annotations.get("io.kubernetes.cri.sandbox-namespace"),
-        annotations.get("io.kubernetes.cri.sandbox-name"),
-    ) {
-        (Some(ns), Some(name)) => format!("{ns}.{name}"),
-        _ => id.to_string(),
-    };
-    let mut name: String = pod
+    match (annotations.get(CRI_NAMESPACE), annotations.get(CRI_NAME)) {
+        (Some(ns), Some(name)) => store_name(&format!("{ns}.{name}")),
+        _ => store_name(id),
+    }
+}
+
+/// Longest store tenant name.
+const MAX_NAME: usize = 63;
+/// Hex digits of the hash that ends a name that had to be cut or changed.
+const HASH_DIGITS: usize = 16;
+
+/// `full` as a store tenant name: as it is when it is one; else every character outside
+/// the allowed set becomes '-', a leading '.' or an empty name gets a 'p' before it, and
+/// the result, cut to fit, ends with `-` and [`HASH_DIGITS`] hex digits of a SHA-256 of
+/// `full`, so that distinct names never share a tenant.
+fn store_name(full: &str) -> String {
+    if check_name(full).is_ok() {
+        return full.to_string();
+    }
+    let mut name: String = full
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {
@@ -127,13 +154,15 @@ fn default_tenant(id: &str, annotations: &BTreeMap<String, String>) -> String {
                 '-'
             }
         })
-        .take(63)
         .collect();
     if name.is_empty() || name.starts_with('.') {
         name.insert(0, 'p');
-        name.truncate(63);
     }
-    name
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(full.as_bytes());
+    let hash: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    name.truncate(MAX_NAME - 1 - HASH_DIGITS);
+    format!("{name}-{}", &hash[..HASH_DIGITS])
 }
 
 /// The number `text` starts with, and the unit after it; `what` names what it should be.
@@ -235,7 +264,77 @@ mod tests {
             ("io.kubernetes.cri.sandbox-name", "db/0"),
         ]);
         let c = PodConfig::from_annotations("abc", &cri).unwrap();
-        assert_eq!(c.tenant, "prod.db-0");
+        assert!(c.tenant.starts_with("prod.db-0-"), "{}", c.tenant);
+        let ok = annotations(&[(CRI_NAMESPACE, "prod"), (CRI_NAME, "db-0")]);
+        assert_eq!(
+            PodConfig::from_annotations("abc", &ok).unwrap().tenant,
+            "prod.db-0"
+        );
+    }
+
+    /// Under Kubernetes a named tenant is the namespace's: another namespace naming the
+    /// same tenant, or one that looks like the first's store name, gets a tenant of its own.
+    #[test]
+    fn a_named_tenant_is_scoped_to_the_pods_namespace() {
+        let pod = |ns: &str, tenant: &str| {
+            let a = annotations(&[(CRI_NAMESPACE, ns), (CRI_NAME, "p"), (TENANT, tenant)]);
+            PodConfig::from_annotations("id", &a).unwrap().tenant
+        };
+        assert_eq!(pod("prod", "db"), "prod.db");
+        assert_eq!(pod("evil", "db"), "evil.db");
+        assert_eq!(pod("evil", "prod.db"), "evil.prod.db");
+        // The default tenant of pod `db` in `prod` is the one `prod` names `db`: one
+        // namespace may share; no other reaches it.
+        let default = annotations(&[(CRI_NAMESPACE, "prod"), (CRI_NAME, "db")]);
+        assert_eq!(
+            PodConfig::from_annotations("id", &default).unwrap().tenant,
+            "prod.db"
+        );
+        // Without the CRI's annotations (plain `ctr`), a named tenant is as given.
+        let plain = annotations(&[(TENANT, "prod.db")]);
+        assert_eq!(
+            PodConfig::from_annotations("id", &plain).unwrap().tenant,
+            "prod.db"
+        );
+        // Too long together: cut, and still distinct, and still a valid name.
+        let ns = "n".repeat(63);
+        let (a, b) = (
+            pod(&ns, &"t".repeat(63)),
+            pod(&ns, &format!("{}u", "t".repeat(62))),
+        );
+        assert_ne!(a, b);
+        for t in [&a, &b] {
+            assert_eq!(t.len(), 63, "{t}");
+            check_name(t).unwrap();
+        }
+    }
+
+    /// Default tenants of long pod names that agree on their first 63 characters are
+    /// distinct, and so are names that differ only in characters a tenant cannot hold.
+    #[test]
+    fn default_tenants_of_distinct_pods_never_collide() {
+        let tenant = |ns: &str, name: &str| {
+            let a = annotations(&[(CRI_NAMESPACE, ns), (CRI_NAME, name)]);
+            PodConfig::from_annotations("id", &a).unwrap().tenant
+        };
+        let long = "a".repeat(70);
+        let (a, b) = (tenant("prod", &long), tenant("prod", &format!("{long}b")));
+        assert_ne!(a, b);
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert!(a.starts_with("prod.aaaa"), "{a}");
+        check_name(&a).unwrap();
+        assert_ne!(tenant("prod", "db/0"), tenant("prod", "db:0"));
+        assert_ne!(tenant("prod", "db/0"), tenant("prod", "db-0"));
+        // Container ids too.
+        let id = |id: &str| {
+            PodConfig::from_annotations(id, &BTreeMap::new())
+                .unwrap()
+                .tenant
+        };
+        assert_eq!(id("ctr-1"), "ctr-1");
+        assert_ne!(id(&"c".repeat(64)), id(&"c".repeat(65)));
+        assert!(id(".x").starts_with("p.x-"));
+        check_name(&id(".x")).unwrap();
     }
 
     #[test]

@@ -130,11 +130,36 @@ pub fn memfd_with(data: &[u8]) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// All bytes of a passed file, from its start whatever its offset.
+/// Largest module (WebAssembly) the agent reads, from the rootfs or the shim: far above
+/// any real guest (a Go or LevelDB guest is tens of MiB), and a bound on what one pod's
+/// image makes the agent hold in memory.
+pub const MAX_MODULE: u64 = 512 << 20;
+/// Largest compiled module either side reads (compiled code is a few times its source).
+pub const MAX_COMPILED: u64 = 2 << 30;
+
+/// All bytes of a passed file, from its start whatever its offset: a regular file (a
+/// memfd) of at most [`MAX_COMPILED`] bytes.
 pub fn read_all(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    read_at_most(file, MAX_COMPILED)
+}
+
+/// All bytes of a passed file, which must be a regular file of at most `limit` bytes: a
+/// pipe or a device would block the reader or never end, and its length is not trusted
+/// past `limit` (the memory it would take).
+pub fn read_at_most(file: &std::fs::File, limit: u64) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
-    let len = file.metadata()?.len() as usize;
-    let mut data = vec![0; len];
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if meta.len() > limit {
+        return Err(io::Error::other(format!(
+            "{} bytes, over the agent's limit of {} MiB",
+            meta.len(),
+            limit >> 20
+        )));
+    }
+    let mut data = vec![0; meta.len() as usize];
     file.read_exact_at(&mut data, 0)?;
     Ok(data)
 }
@@ -301,6 +326,13 @@ mod tests {
     fn a_memfd_carries_bytes_whatever_its_offset() {
         let f = memfd_with(b"compiled").unwrap();
         assert_eq!(read_all(&f).unwrap(), b"compiled");
+        // Past the limit, or not a regular file (a pipe would block the agent): refused.
+        let err = read_at_most(&f, 7).unwrap_err().to_string();
+        assert!(err.contains("over the agent's limit"), "{err}");
+        let (r, _w) = UnixStream::pair().unwrap();
+        let pipe = std::fs::File::from(OwnedFd::from(r));
+        let err = read_at_most(&pipe, MAX_MODULE).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
         // A create from an older shim (no content_store field) still parses.
         let old = r#"{"Create":{"id":"c","module":"/m","args":[],"env":[],"annotations":{},"stdio":[false,false,false]}}"#;
         let ToAgent::Create(c) = serde_json::from_str::<ToAgent>(old).unwrap() else {

@@ -228,10 +228,40 @@ impl WasiCtx {
     }
 
     /// Gives the guest these files as stdin, stdout and stderr instead of the process's.
-    pub fn with_stdio(mut self, stdio: [Option<Arc<File>>; 3]) -> WasiCtx {
-        self.stdio = stdio;
+    /// The context keeps descriptors of its own for them (duplicates), which
+    /// [`WasiCtx::release_stdio`] lets go of when the guest ends.
+    pub fn with_stdio(mut self, stdio: [Option<Arc<File>>; 3]) -> Result<WasiCtx> {
+        for (slot, file) in self.stdio.iter_mut().zip(stdio) {
+            if let Some(f) = file {
+                let own = f
+                    .try_clone()
+                    .map_err(|e| anyhow::anyhow!("duplicating a stdio descriptor: {e}"))?;
+                *slot = Some(Arc::new(own));
+            }
+        }
         self.outlets = [0, 1, 2].map(|n| Outlet::of(self.stdio_fd(n)));
-        self
+        Ok(self)
+    }
+
+    /// Lets go of the stdio files handed in, once the guest is ending and the last line
+    /// for it is written: each of the context's descriptors for them now names
+    /// `/dev/null` (dup3), so the pipe or FIFO behind it is closed here (a container's log
+    /// sees its end) even while a thread of the guest still holds this context, and a
+    /// descriptor number that a call of such a thread still uses never names another file.
+    pub fn release_stdio(&self) {
+        debug_assert!(self.is_ending(), "stdio let go of while the guest runs");
+        let Ok(null) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return;
+        };
+        for f in self.stdio.iter().flatten() {
+            // SAFETY: both descriptors are open and ours; dup3 replaces the second
+            // atomically, and it stays owned by its `File`.
+            unsafe { libc::dup3(null.as_raw_fd(), f.as_raw_fd(), libc::O_CLOEXEC) };
+        }
     }
 
     /// Limits what the guest may write to the store.
