@@ -563,6 +563,45 @@ fn failed_writes_keep_the_data(errno: i32, expect: i32) {
     assert!(store.fsck().unwrap().problems.is_empty());
 }
 
+/// Found by review: a truncation whose block write failed stayed queued, so reads saw a
+/// half-truncated file, and the next sync applied it after a write made since, losing
+/// that synced write. A truncation that failed leaves the file as it was.
+#[test]
+fn a_failed_truncation_is_never_applied_later() {
+    let dev = Faulty::new();
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, "t", OpenOptions::create()).unwrap();
+    let mut data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    f.write_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    dev.fail_writes.store(true, Ordering::SeqCst);
+    f.set_len(5000)
+        .expect_err("the truncation's block cannot be written");
+    dev.fail_writes.store(false, Ordering::SeqCst);
+    let read_all = |f: &valet_vfs::FileHandle| {
+        let mut buf = vec![0u8; 20_000];
+        let n = f.read_at(&mut buf, 0).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert!(
+        read_all(&f) == data,
+        "the failed truncation changed nothing"
+    );
+    f.write_at(&[9u8; 100], 8000).unwrap();
+    data[8000..8100].fill(9);
+    f.sync_all().unwrap();
+    assert!(read_all(&f) == data, "the synced write stands");
+    f.close().unwrap();
+    drop(store);
+    let store = mount(&dev);
+    let (_, root) = store.tenant("app").unwrap();
+    let f = store.open_file(root, "t", OpenOptions::read()).unwrap();
+    assert!(read_all(&f) == data, "after a remount too");
+    assert!(store.fsck().unwrap().problems.is_empty());
+}
+
 /// A failed device flush is sticky (PostgreSQL's "fsyncgate"): the host may have dropped
 /// the dirty pages, so a sync after it fails even once the device flushes again, and the
 /// store refuses new writes instead of taking bytes it can no longer promise.

@@ -949,8 +949,9 @@ impl Store {
         // `record_piece`): changed here, a checkpoint taken meanwhile by another thread's
         // commit would hold the new size with the old extents past it.
         let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+        let block = Arc::new(block);
         of.inflight.push_back(Detached {
-            buf: Arc::new(block),
+            buf: block.clone(),
             start: block_start,
             len: bs as usize,
             size,
@@ -964,7 +965,22 @@ impl Store {
         });
         self.set_busy(&mut inner, ino, false);
         drop(inner);
-        self.write_queued(ino)
+        let written = self.write_queued(ino);
+        if written.is_err() {
+            // A truncation that failed is not applied later, by the next flush of the file,
+            // after writes made since (it was the only buffer queued, and the file's
+            // `writing` flag kept any other from joining it): the file stays as it was.
+            let mut inner = self.lock()?;
+            let of = inner.open.get_mut(&ino).ok_or(Error::BadHandle)?;
+            if of
+                .inflight
+                .back()
+                .is_some_and(|d| Arc::ptr_eq(&d.buf, &block) && !d.writing)
+            {
+                of.inflight.pop_back();
+            }
+        }
+        written
     }
 
     /// fsync / fdatasync of one file, up to the commit: as [`Store::flush_or_sync_conventional`],
