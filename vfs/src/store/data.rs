@@ -449,12 +449,33 @@ impl Store {
 
     /// Writes the file's detached buffers, oldest first, waiting for any another thread is
     /// writing. Returns the error of a write that failed (its bytes stay queued).
+    ///
+    /// Only the buffers queued when it starts: another thread that keeps filling the file
+    /// keeps detaching more, and a sync or close that went on with them might never return
+    /// (Linux tags the pages a data-integrity writeback must write before it starts). The
+    /// newest one is watched through a weak reference: it keeps its address from being
+    /// taken by a later buffer without keeping the buffer from the pool.
     pub(super) fn write_queued(&self, ino: Ino) -> Result<()> {
+        let newest = {
+            let inner = self.lock()?;
+            let of = inner.open.get(&ino);
+            match of.and_then(|of| of.inflight.back()) {
+                Some(d) => Arc::downgrade(&d.buf),
+                None => return Ok(()),
+            }
+        };
         loop {
             let mut inner = self.lock()?;
             let Some(of) = inner.open.get_mut(&ino) else {
                 return Ok(());
             };
+            if !of
+                .inflight
+                .iter()
+                .any(|d| std::ptr::eq(Arc::as_ptr(&d.buf), newest.as_ptr()))
+            {
+                return Ok(());
+            }
             match of.inflight.front() {
                 None => return Ok(()),
                 Some(front) if front.writing => {
