@@ -704,11 +704,34 @@ fn punch_if_empty(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
 /// writing them later needs no room from the host file system. One that cannot allocate
 /// ahead keeps the image sparse.
 fn allocate(file: &File, start: u64, len: u64) -> Result<(), DeviceError> {
+    fallocate(file, libc::FALLOC_FL_KEEP_SIZE, start, len)
+}
+
+/// Gives a zone's space back to the host file system (space only, so a file system
+/// without hole punching is fine), in steps: a hole punch holds the image's inode locks,
+/// so every other read and write of the image waits for the step in progress (a whole
+/// 12 MiB zone at once took 3–8 ms).
+fn punch(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
+    let start = core.layout.zone_start(zone);
+    let end = core.layout.zone_stride;
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    let mut at = 0;
+    while at < end {
+        let len = PUNCH_STEP.min(end - at);
+        fallocate(core.engine.file(), mode, start + at, len)?;
+        at += len;
+    }
+    Ok(())
+}
+
+/// fallocate(2) of the image's bytes `start..start + len`; a host file system without the
+/// operation counts as done.
+fn fallocate(file: &File, mode: libc::c_int, start: u64, len: u64) -> Result<(), DeviceError> {
     // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
     let rc = unsafe {
         libc::fallocate(
             file.as_raw_fd(),
-            libc::FALLOC_FL_KEEP_SIZE,
+            mode,
             start as libc::off_t,
             len as libc::off_t,
         )
@@ -719,38 +742,6 @@ fn allocate(file: &File, start: u64, len: u64) -> Result<(), DeviceError> {
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
             _ => Err(DeviceError::Io(err)),
         };
-    }
-    Ok(())
-}
-
-/// Gives a zone's space back to the host file system (space only, so a file system
-/// without hole punching is fine), in steps: a hole punch holds the image's inode locks,
-/// so every other read and write of the image waits for the step in progress (a whole
-/// 12 MiB zone at once took 3–8 ms).
-fn punch(core: &Core, zone: ZoneId) -> Result<(), DeviceError> {
-    let fd = core.engine.file().as_raw_fd();
-    let start = core.layout.zone_start(zone);
-    let end = core.layout.zone_stride;
-    let mut at = 0;
-    while at < end {
-        let len = PUNCH_STEP.min(end - at);
-        // SAFETY: plain syscall on a descriptor we own; offsets fit off_t (Layout).
-        let rc = unsafe {
-            libc::fallocate(
-                fd,
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                (start + at) as libc::off_t,
-                len as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            let err = io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
-                _ => Err(DeviceError::Io(err)),
-            };
-        }
-        at += len;
     }
     Ok(())
 }

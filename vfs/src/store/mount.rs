@@ -449,17 +449,20 @@ mod tests {
     use crate::device::{Geometry, MemoryDevice};
     use crate::store::{Ino, OpenOptions, Store};
 
-    /// Two tenants, one synced file each; returns the device and the files' inodes.
-    fn two_tenants() -> (Arc<dyn ZonedDevice>, Ino, Ino) {
-        let geometry = Geometry {
+    fn geometry() -> Geometry {
+        Geometry {
             zone_count: 8,
             zone_size: 1 << 20,
             zone_capacity: 1 << 20,
             block_size: 4096,
             max_open: 4,
             max_active: 5,
-        };
-        let device: Arc<dyn ZonedDevice> = Arc::new(MemoryDevice::new(geometry).unwrap());
+        }
+    }
+
+    /// Two tenants, one synced file each; returns the device and the files' inodes.
+    fn two_tenants() -> (Arc<dyn ZonedDevice>, Ino, Ino) {
+        let device: Arc<dyn ZonedDevice> = Arc::new(MemoryDevice::new(geometry()).unwrap());
         let store = Store::open(device.clone(), StoreConfig::default()).unwrap();
         let mut files = Vec::new();
         for tenant in ["a", "b"] {
@@ -643,17 +646,9 @@ mod tests {
     fn a_record_left_by_one_crash_does_not_fail_recovery_after_the_next() {
         use crate::device::{ImageDevice, ImageOptions};
         let dir = tempfile::tempdir().unwrap();
-        let geometry = Geometry {
-            zone_count: 8,
-            zone_size: 1 << 20,
-            zone_capacity: 1 << 20,
-            block_size: 4096,
-            max_open: 4,
-            max_active: 5,
-        };
         let image = ImageDevice::create(
             dir.path().join("zones.img"),
-            geometry,
+            geometry(),
             ImageOptions::default(),
         );
         let device: Arc<dyn ZonedDevice> = Arc::new(image.unwrap());
