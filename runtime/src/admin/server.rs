@@ -1,5 +1,8 @@
 //! The admin API server: its address, its token, and the HTTP routes over a [`Registry`].
-//! One thread of its own runs a single-threaded tokio runtime with axum on it.
+//! One thread of its own runs a single-threaded tokio runtime with axum on it; the work on
+//! the registry and the store runs on tokio's blocking threads, so no request waits behind
+//! another's. Connections are bounded as [`http_serve`] says (10 s for a request's
+//! headers, 64 at once).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -20,6 +23,7 @@ use super::registry::{NoPolicy, PolicyInUse, TooManyPolicies};
 use super::Registry;
 use serde::Deserialize;
 
+use crate::http_serve::{self, Bounds};
 use crate::inspect;
 use crate::remove::{existing_tenant, NoTenant, RemoveRequest, TenantBusy};
 
@@ -90,6 +94,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
     let token = write_token(token_path)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .context("starting the admin API runtime")?;
     let api = Api {
@@ -126,7 +131,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
                 .with_context(|| format!("--admin {a}: cannot listen"))?;
             let local = AdminAddr::Tcp(listener.local_addr()?);
             std::thread::spawn(move || {
-                runtime.block_on(async { axum::serve(listener, app).await })
+                runtime.block_on(http_serve::serve(listener, app, Bounds::default()))
             });
             local
         }
@@ -139,7 +144,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
             };
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
             std::thread::spawn(move || {
-                runtime.block_on(async { axum::serve(listener, app).await })
+                runtime.block_on(http_serve::serve(listener, app, Bounds::default()))
             });
             addr.clone()
         }
