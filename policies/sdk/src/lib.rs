@@ -206,7 +206,10 @@ impl<'a> Request<'a> {
 
     /// The wire form (used by hosts and tests); returns the bytes written.
     pub fn encode(&self, out: &mut [u8]) -> usize {
-        let path = cut(self.path, (out.len() - REQUEST_HEADER).min(u16::MAX as usize));
+        let path = cut(
+            self.path,
+            (out.len() - REQUEST_HEADER).min(u16::MAX as usize),
+        );
         let n = path.len();
         out[..REQUEST_HEADER].fill(0);
         out[0..4].copy_from_slice(&self.tenant.to_le_bytes());
