@@ -11,6 +11,7 @@ pub mod epoch_clock;
 pub mod fs_cmd;
 pub mod guest_memory;
 pub mod host;
+pub mod http_serve;
 pub mod inspect;
 pub mod metrics;
 pub mod node;

@@ -4,7 +4,8 @@
 //! The listener is read-only and asks for no token (as node exporters do), so it may listen
 //! on any address a scraper reaches, unlike the admin API. A scrape takes the store's lock
 //! for about as long as `--stats` does: it copies counters and walks nothing (the names and
-//! bytes a tenant holds are counted by the store as they change).
+//! bytes a tenant holds are counted by the store as they change). Connections are bounded
+//! as [`http_serve`] says (10 s for a request's headers, 64 at once).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use valet_vfs::{
 };
 
 use crate::admin::Registry;
+use crate::http_serve::{self, Bounds};
 
 /// What a scrape reports of each tenant beyond the store's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -48,6 +50,7 @@ pub struct TenantGauges {
 pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> Result<SocketAddr> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .context("starting the metrics runtime")?;
     let listener = runtime
@@ -60,7 +63,7 @@ pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> Result<SocketAddr> {
         .with_state(registry);
     std::thread::Builder::new()
         .name("valet-metrics".into())
-        .spawn(move || runtime.block_on(async { axum::serve(listener, app).await }))
+        .spawn(move || runtime.block_on(http_serve::serve(listener, app, Bounds::default())))
         .context("starting the metrics thread")?;
     Ok(local)
 }

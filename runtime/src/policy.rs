@@ -7,18 +7,28 @@
 //! its memory is capped; its module size is capped. A policy that traps, runs out of fuel or
 //! memory, or answers nonsense never reaches the application: that decision is `default`'s,
 //! the fault is counted, and the first one is logged. After a fault the instance is thrown
-//! away and a fresh one made, so a policy cannot stay wedged in a broken state.
+//! away and a fresh one made, so a policy cannot stay wedged in a broken state; but not at
+//! once: after each fault in a row the policy rests, its tenant getting `default`'s
+//! decisions without a call, for 100 ms doubling up to 60 s ([`backoff`]), so a policy that
+//! faults at every call costs a load now and then, not one per call. A load (the start
+//! function, the handshake, `valet_init`) has one CPU-time budget for all its steps.
+//!
+//! A policy runs on the threads of its own tenant only. The store raises some events on its
+//! own threads (the background writer's flushes, shared by every tenant): those are queued,
+//! a bounded number per tenant, and delivered at the tenant's next call, on its thread;
+//! past the bound they are dropped and counted.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use valet_policy_sdk as abi;
 use valet_vfs::{
-    thread_cpu_time, Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement,
-    PlacementRequest,
+    is_store_thread, thread_cpu_time, Class, DefaultPlacement, FileEvent, Hint, OpenReason,
+    Placement, PlacementRequest,
 };
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, ExternType, Instance, Memory, Module, Store, StoreLimits,
@@ -42,7 +52,8 @@ pub struct Limits {
     /// wall-clock time, so that a call whose thread the host merely did not run (a loaded
     /// machine, a slow emulated CPU shared by many threads) is not a fault: a fault throws
     /// the instance and its state away. A call runs on the thread of the tenant that asked,
-    /// with no store lock held, so a slow policy costs its own tenant only.
+    /// with no store lock held (never on the store's own threads: see the module's doc),
+    /// so a slow policy costs its own tenant only.
     pub deadline_ms: u64,
     /// Largest linear memory.
     pub memory_bytes: usize,
@@ -61,8 +72,24 @@ impl Default for Limits {
     }
 }
 
-/// CPU-time bound of loading a policy (its calls are bounded by fuel too).
+/// CPU-time bound of loading a policy, all its steps together (each call is bounded by
+/// fuel too).
 const LOAD_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The first rest after a fault, doubled at each fault in a row up to [`BACKOFF_MAX`].
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// The longest rest after faults in a row.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Events raised on the store's own threads that may wait for the tenant's next call.
+pub const PENDING_EVENTS: usize = 128;
+
+/// How long a policy rests after `faults` faults in a row (at least one).
+pub fn backoff(faults: u32) -> Duration {
+    let doublings = faults.saturating_sub(1).min(20);
+    BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(BACKOFF_MAX)
+}
 
 /// The engine policies run on: fuel metering and epoch deadlines on, nothing else the ABI
 /// does not need. Its epoch advances while a policy call runs ([`epoch_clock`]).
@@ -229,6 +256,23 @@ fn arm_deadline(store: &mut Store<State>, budget: Duration) {
     store.set_epoch_deadline(ticks(budget));
 }
 
+/// Sets the epoch deadline for what is left of the running load's budget (armed once, at
+/// its start); an error once it is used up.
+fn rearm_load_deadline(store: &mut Store<State>) -> Result<()> {
+    let st = store.data();
+    let used = thread_cpu_time().saturating_sub(st.cpu_at_start);
+    match st.cpu_budget.checked_sub(used) {
+        Some(left) if !left.is_zero() => {
+            store.set_epoch_deadline(ticks(left));
+            Ok(())
+        }
+        _ => bail!(
+            "loading ran past its {} ms of CPU time",
+            st.cpu_budget.as_millis()
+        ),
+    }
+}
+
 /// One live instance of a policy.
 struct PolicyInstance {
     store: Store<State>,
@@ -265,6 +309,7 @@ impl PolicyInstance {
         // Loading (instantiation, the ABI handshake, `valet_init`) runs once, before any
         // placement waits on it: fuel bounds it, and a deadline meant for placement calls
         // would refuse a sound policy in a debug build.
+        // One CPU-time budget for all the steps: each step gets what the earlier ones left.
         store.set_fuel(fuel)?;
         watch_cpu_time(&mut store);
         arm_deadline(&mut store, LOAD_DEADLINE);
@@ -275,7 +320,7 @@ impl PolicyInstance {
             .ok_or_else(|| anyhow!("policy {name}: missing export memory"))?;
         let call = |store: &mut Store<State>, export: &str| -> Result<i32> {
             store.set_fuel(fuel)?;
-            arm_deadline(store, LOAD_DEADLINE);
+            rearm_load_deadline(store).map_err(|e| anyhow!("policy {name}: {export}: {e}"))?;
             instance
                 .get_typed_func::<(), i32>(&mut *store, export)?
                 .call(&mut *store, ())
@@ -294,7 +339,8 @@ impl PolicyInstance {
         }
         if let Ok(init) = instance.get_typed_func::<i32, ()>(&mut store, "valet_init") {
             store.set_fuel(fuel)?;
-            arm_deadline(&mut store, LOAD_DEADLINE);
+            rearm_load_deadline(&mut store)
+                .map_err(|e| anyhow!("policy {name}: valet_init: {e}"))?;
             init.call(&mut store, max_streams as i32)
                 .map_err(|e| anyhow!("policy {name}: valet_init failed: {}", trap_line(&e)))?;
         }
@@ -354,11 +400,13 @@ impl PolicyInstance {
             })
     }
 
-    fn event(&mut self, event: &abi::Event<'_>) -> Result<()> {
+    /// Delivers an event already encoded (see [`abi::Event::encode`]).
+    fn event(&mut self, encoded: &[u8]) -> Result<()> {
         let Some(f) = self.event.clone() else {
             return Ok(());
         };
-        let len = event.encode(self.buffer()?);
+        let len = encoded.len();
+        self.buffer()?[..len].copy_from_slice(encoded);
         let _clock = Running::start();
         self.arm()?;
         f.call(&mut self.store, len as i32)
@@ -377,15 +425,37 @@ fn trap_line(e: &wasmtime::Error) -> String {
 #[derive(Default)]
 pub struct Counters {
     pub decisions: AtomicU64,
+    /// Calls that faulted, and calls not made because the policy was resting after faults
+    /// (`rested` counts those alone): each of them got `default`'s answer.
     pub faults: AtomicU64,
+    pub rested: AtomicU64,
+    /// Instances made: the first, and one after each fault whose rest is over.
+    pub instances: AtomicU64,
+    /// Calls into the policy (`valet_place` and `valet_event`).
+    pub calls: AtomicU64,
+    /// Events raised on a store thread and queued for the tenant's next call, and those
+    /// dropped because the queue was full.
+    pub events_queued: AtomicU64,
+    pub events_dropped: AtomicU64,
     pub max_fuel_place: AtomicU64,
     pub max_fuel_event: AtomicU64,
+}
+
+/// The live instance of a placement and its faults in a row.
+struct Slot {
+    instance: Option<PolicyInstance>,
+    /// Faults since the last call that succeeded.
+    faults_in_row: u32,
+    /// No call into the policy before then.
+    resting_until: Option<Instant>,
 }
 
 /// A policy as the store's [`Placement`] for one tenant.
 pub struct WasmPlacement {
     module: Arc<PolicyModule>,
-    instance: Mutex<Option<PolicyInstance>>,
+    slot: Mutex<Slot>,
+    /// Events raised on the store's threads, encoded, waiting for the tenant's next call.
+    pending: Mutex<VecDeque<Vec<u8>>>,
     max_streams: u32,
     pub counters: Counters,
     logged: AtomicBool,
@@ -395,11 +465,18 @@ impl WasmPlacement {
     /// An instance of `module` for a device that keeps `max_streams` streams apart.
     pub fn new(module: Arc<PolicyModule>, max_streams: u32) -> Result<Self> {
         let instance = PolicyInstance::new(&module, max_streams)?;
+        let counters = Counters::default();
+        counters.instances.store(1, Ordering::Relaxed);
         Ok(WasmPlacement {
             module,
-            instance: Mutex::new(Some(instance)),
+            slot: Mutex::new(Slot {
+                instance: Some(instance),
+                faults_in_row: 0,
+                resting_until: None,
+            }),
+            pending: Mutex::new(VecDeque::new()),
             max_streams,
-            counters: Counters::default(),
+            counters,
             logged: AtomicBool::new(false),
         })
     }
@@ -408,8 +485,10 @@ impl WasmPlacement {
         &self.module
     }
 
-    fn fault(&self, what: &anyhow::Error) {
+    fn fault(&self, slot: &mut Slot, what: &anyhow::Error) {
         self.counters.faults.fetch_add(1, Ordering::Relaxed);
+        slot.faults_in_row = slot.faults_in_row.saturating_add(1);
+        slot.resting_until = Some(Instant::now() + backoff(slot.faults_in_row));
         if !self.logged.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "valet-run: policy {}: {what}; using the default placement for this call \
@@ -419,25 +498,99 @@ impl WasmPlacement {
         }
     }
 
-    /// Runs `f` on a live instance, making a fresh one after a fault.
+    fn lock_slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on a live instance, making a fresh one after a fault once the rest after it
+    /// is over; None (a fault, counted) while resting or when `f` or the load fails.
     fn with_instance<R>(&self, f: impl FnOnce(&mut PolicyInstance) -> Result<R>) -> Option<R> {
-        let mut slot = self.instance.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
+        let mut slot = self.lock_slot();
+        if slot
+            .resting_until
+            .is_some_and(|until| Instant::now() < until)
+        {
+            self.counters.faults.fetch_add(1, Ordering::Relaxed);
+            self.counters.rested.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let slot = &mut *slot;
+        if slot.instance.is_none() {
+            self.counters.instances.fetch_add(1, Ordering::Relaxed);
             match PolicyInstance::new(&self.module, self.max_streams) {
-                Ok(i) => *slot = Some(i),
+                Ok(i) => slot.instance = Some(i),
                 Err(e) => {
-                    self.fault(&e);
+                    self.fault(slot, &e);
                     return None;
                 }
             }
         }
-        match f(slot.as_mut().expect("just made")) {
-            Ok(r) => Some(r),
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        match f(slot.instance.as_mut().expect("just made")) {
+            Ok(r) => {
+                slot.faults_in_row = 0;
+                slot.resting_until = None;
+                Some(r)
+            }
             Err(e) => {
-                *slot = None;
-                self.fault(&e);
+                slot.instance = None;
+                self.fault(slot, &e);
                 None
             }
+        }
+    }
+
+    /// Calls `valet_event` with an encoded event.
+    fn deliver(&self, encoded: &[u8]) {
+        self.with_instance(|i| {
+            let done = i.event(encoded);
+            let used = i.used();
+            self.counters
+                .max_fuel_event
+                .fetch_max(used, Ordering::Relaxed);
+            done
+        });
+    }
+
+    /// Delivers the events the store's threads queued, on the calling (tenant's) thread.
+    fn deliver_pending(&self) {
+        loop {
+            let next = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            match next {
+                Some(encoded) => self.deliver(&encoded),
+                None => return,
+            }
+        }
+    }
+
+    /// Queues an event raised on one of the store's threads for the tenant's next call,
+    /// or drops it (counted) when [`PENDING_EVENTS`] already wait.
+    fn defer(&self, encoded: Vec<u8>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.len() < PENDING_EVENTS {
+            pending.push_back(encoded);
+            self.counters.events_queued.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An event, delivered now on a tenant's thread, queued on a store thread.
+    fn event_on(&self, event: &abi::Event<'_>, store_thread: bool) {
+        if self.module.module.get_export("valet_event").is_none() {
+            return;
+        }
+        let mut buf = [0u8; abi::BUFFER_LEN];
+        let len = event.encode(&mut buf);
+        if store_thread {
+            self.defer(buf[..len].to_vec());
+        } else {
+            self.deliver_pending();
+            self.deliver(&buf[..len]);
         }
     }
 }
@@ -469,6 +622,7 @@ impl Placement for WasmPlacement {
             size: request.size,
             path: request.path,
         };
+        self.deliver_pending();
         let decided = self.with_instance(|i| {
             let decision = i.place(&req, self.max_streams);
             let used = i.used();
@@ -511,14 +665,8 @@ impl Placement for WasmPlacement {
                 group: hint.group,
             },
         };
-        self.with_instance(|i| {
-            let done = i.event(&ev);
-            let used = i.used();
-            self.counters
-                .max_fuel_event
-                .fetch_max(used, Ordering::Relaxed);
-            done
-        });
+        // The store's threads flush every tenant's data: a policy must not run on them.
+        self.event_on(&ev, is_store_thread());
     }
 
     fn name(&self) -> String {
@@ -531,5 +679,111 @@ impl Placement for WasmPlacement {
 
     fn decisions(&self) -> u64 {
         self.counters.decisions.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy with no opinion whose `valet_event` is `event_body`.
+    fn placement(event_body: &str) -> WasmPlacement {
+        let text = format!(
+            r#"(module
+              (memory (export "memory") 1)
+              (func (export "valet_abi_version") (result i32) i32.const 1)
+              (func (export "valet_buffer") (result i32) i32.const 1024)
+              (func (export "valet_place") (param i32) (result i32) i32.const 1)
+              (func (export "valet_event") (param i32) {event_body}))"#
+        );
+        let bytes = wat::parse_str(text).unwrap();
+        let module = PolicyModule::new(&engine().unwrap(), "hostile", &bytes, Limits::default());
+        WasmPlacement::new(Arc::new(module.unwrap()), 8).unwrap()
+    }
+
+    fn closed(path: &str) -> FileEvent<'_> {
+        FileEvent::Closed {
+            tenant: 0,
+            path,
+            size: 1,
+        }
+    }
+
+    fn count(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn rests_grow_with_the_faults_in_a_row() {
+        assert_eq!(backoff(1), BACKOFF_FIRST);
+        assert_eq!(backoff(2), BACKOFF_FIRST * 2);
+        assert_eq!(backoff(4), BACKOFF_FIRST * 8);
+        assert_eq!(backoff(30), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    /// A policy whose every event traps is not called, nor made again, at every event:
+    /// it rests after each fault, and the calls meanwhile count as faults.
+    #[test]
+    fn a_faulting_policy_rests_instead_of_loading_at_every_call() {
+        let p = placement("unreachable");
+        for i in 0..200 {
+            p.event(&closed(&format!("{i}.log")));
+        }
+        let (calls, instances) = (count(&p.counters.calls), count(&p.counters.instances));
+        // Without rests: 200 calls and 200 instances. With them, one per rest that ended,
+        // and each rest is twice the one before.
+        assert!(calls <= 10, "{calls} calls");
+        assert!(instances <= 10, "{instances} instances");
+        assert_eq!(p.faults(), 200);
+        assert_eq!(count(&p.counters.rested), 200 - calls);
+    }
+
+    /// A call that succeeds ends the rests: the next fault rests the shortest time again.
+    #[test]
+    fn a_successful_call_ends_the_faults_in_a_row() {
+        let p = placement("");
+        p.lock_slot().faults_in_row = 5;
+        p.event(&closed("a.log"));
+        let slot = p.lock_slot();
+        assert_eq!((slot.faults_in_row, slot.resting_until), (0, None));
+    }
+
+    /// Events raised on the store's threads never call the policy there: they wait for the
+    /// tenant's next call (a bounded number; the rest dropped and counted).
+    #[test]
+    fn events_on_store_threads_wait_for_the_tenants_next_call() {
+        let p = placement("");
+        let raised = PENDING_EVENTS as u64 + 50;
+        for i in 0..raised {
+            let path = format!("{i}.log");
+            let ev = abi::Event::Closed {
+                tenant: 0,
+                path: &path,
+                size: 1,
+            };
+            p.event_on(&ev, true);
+        }
+        assert_eq!(count(&p.counters.calls), 0, "no call on a store thread");
+        assert_eq!(count(&p.counters.events_queued), PENDING_EVENTS as u64);
+        assert_eq!(count(&p.counters.events_dropped), 50);
+        p.place(&PlacementRequest {
+            tenant: 0,
+            path: "x.log",
+            reason: OpenReason::Create,
+            size: 0,
+        });
+        // The queued events, then the decision.
+        assert_eq!(count(&p.counters.calls), PENDING_EVENTS as u64 + 1);
+        assert!(p.pending.lock().unwrap().is_empty());
+    }
+
+    /// On a tenant's own thread an event calls the policy at once.
+    #[test]
+    fn events_on_a_tenants_thread_call_the_policy_at_once() {
+        assert!(!is_store_thread());
+        let p = placement("");
+        p.event(&closed("a.log"));
+        assert_eq!(count(&p.counters.calls), 1);
     }
 }

@@ -78,6 +78,14 @@ fn upload_validate_activate_and_list() {
     assert_eq!(code, 400);
     assert!(String::from_utf8_lossy(&body).contains("proc_exit"));
 
+    // Naming a tenant the store does not have creates none.
+    let (code, body) =
+        client::request(&server.addr, &token, "PUT", "/tenants/app/policy", b"two").unwrap();
+    assert_eq!(code, 404, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("no tenant"));
+    assert!(store.tenants().iter().all(|(_, name, _)| name != "app"));
+
+    let (_, root) = store.tenant("app").unwrap();
     let (code, _) =
         client::request(&server.addr, &token, "PUT", "/tenants/app/policy", b"nope").unwrap();
     assert_eq!(code, 404);
@@ -85,7 +93,6 @@ fn upload_validate_activate_and_list() {
         client::request(&server.addr, &token, "PUT", "/tenants/app/policy", b"two").unwrap();
     assert_eq!(code, 200);
 
-    let (_, root) = store.tenant("app").unwrap();
     store
         .open_file(root, "f", OpenOptions::create())
         .unwrap()
@@ -106,6 +113,18 @@ fn upload_validate_activate_and_list() {
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].name, "two");
     assert_eq!(list[0].tenants, vec!["app".to_string()]);
+
+    // A policy a tenant uses cannot be unloaded; an unused one can, once.
+    let (code, _) = client::request(&server.addr, &token, "DELETE", "/policies/two", b"").unwrap();
+    assert_eq!(code, 409);
+    let (code, _) = client::request(&server.addr, &token, "PUT", "/policies/three", &good).unwrap();
+    assert_eq!(code, 201);
+    let (code, _) =
+        client::request(&server.addr, &token, "DELETE", "/policies/three", b"").unwrap();
+    assert_eq!(code, 200);
+    let (code, _) =
+        client::request(&server.addr, &token, "DELETE", "/policies/three", b"").unwrap();
+    assert_eq!(code, 404);
 }
 
 /// `POST /tenants/T/rm`: what cannot be removed as asked is 400 and removes nothing; a

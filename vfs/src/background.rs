@@ -70,7 +70,7 @@ pub(crate) fn rest<T>(
 }
 
 /// Whether the calling thread is one of the store's own.
-pub(crate) fn is_store_thread() -> bool {
+pub fn is_store_thread() -> bool {
     STORE_THREAD.with(Cell::get)
 }
 

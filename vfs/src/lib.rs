@@ -21,7 +21,7 @@ mod stats;
 mod store;
 pub mod workload;
 
-pub use background::thread_cpu_time;
+pub use background::{is_store_thread, thread_cpu_time};
 pub use error::{Error, Result};
 pub use hint::{Class, DefaultPlacement, FileEvent, Hint, OpenReason, Placement, PlacementRequest};
 pub use stats::{

@@ -170,6 +170,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// The bytes of `path` that fit in `max`, cut at a character boundary: a path cut inside a
+/// character would not decode, and the policy would get no request at all.
+fn cut(path: &str, max: usize) -> &[u8] {
+    let mut n = path.len().min(max);
+    while !path.is_char_boundary(n) {
+        n -= 1;
+    }
+    &path.as_bytes()[..n]
+}
+
 fn path_at(b: &[u8], at: usize, len: usize) -> Option<&str> {
     std::str::from_utf8(b.get(at..at + len)?).ok()
 }
@@ -196,11 +206,11 @@ impl<'a> Request<'a> {
 
     /// The wire form (used by hosts and tests); returns the bytes written.
     pub fn encode(&self, out: &mut [u8]) -> usize {
-        let path = self.path.as_bytes();
-        let n = path
-            .len()
-            .min(out.len() - REQUEST_HEADER)
-            .min(u16::MAX as usize);
+        let path = cut(
+            self.path,
+            (out.len() - REQUEST_HEADER).min(u16::MAX as usize),
+        );
+        let n = path.len();
         out[..REQUEST_HEADER].fill(0);
         out[0..4].copy_from_slice(&self.tenant.to_le_bytes());
         out[4] = match self.reason {
@@ -273,11 +283,8 @@ impl<'a> Event<'a> {
                 (3, tenant, path, lifetime_bytes)
             }
         };
-        let path = path.as_bytes();
-        let len = path
-            .len()
-            .min(out.len() - EVENT_HEADER)
-            .min(u16::MAX as usize);
+        let path = cut(path, (out.len() - EVENT_HEADER).min(u16::MAX as usize));
+        let len = path.len();
         out[0] = kind;
         out[2..4].copy_from_slice(&(len as u16).to_le_bytes());
         out[4..8].copy_from_slice(&tenant.to_le_bytes());
@@ -448,5 +455,33 @@ mod tests {
         );
         buf[2] = 1;
         assert_eq!(Decision::decode(&buf, 8), None, "reserved bits set");
+    }
+
+    #[test]
+    fn a_long_path_is_cut_at_a_character_boundary() {
+        let mut buf = [0u8; BUFFER_LEN];
+        // 'é' is two bytes: 4095 of them in a row put the cut inside one at every offset.
+        let long = format!("x{}", "é".repeat(BUFFER_LEN));
+        let req = Request {
+            tenant: 1,
+            reason: Reason::Create,
+            size: 0,
+            path: &long,
+        };
+        let n = req.encode(&mut buf);
+        let got = Request::decode(&buf[..n]).expect("a cut path still decodes");
+        assert!(long.starts_with(got.path));
+        assert!(got.path.len() + 1 >= BUFFER_LEN - REQUEST_HEADER);
+
+        let ev = Event::Closed {
+            tenant: 1,
+            path: &long,
+            size: 5,
+        };
+        let n = ev.encode(&mut buf);
+        match Event::decode(&buf[..n]).expect("a cut path still decodes") {
+            Event::Closed { path, .. } => assert!(long.starts_with(path)),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! | request | effect |
 //! | --- | --- |
-//! | `PUT /policies/NAME` (body: module bytes) | validate, then load as NAME (201, or 400 with the reason) |
-//! | `PUT /tenants/TENANT/policy` (body: policy name) | make it TENANT's policy, atomically (200) |
+//! | `PUT /policies/NAME` (body: module bytes) | validate, then load as NAME (201, or 400 with the reason; 507 once [`registry::MAX_POLICIES`] are loaded) |
+//! | `DELETE /policies/NAME` | unload NAME (200; 404 if not loaded; 409 while a tenant uses it) |
+//! | `PUT /tenants/TENANT/policy` (body: policy name) | make it TENANT's policy, atomically (200; 404 for a tenant the store does not have or a policy not loaded; 500 if it fails to load); the policy TENANT already runs is left running, its state kept |
 //! | `POST /tenants/TENANT/rm` (body: `{"path": "/db", "recursive": true, "force": false}`) | remove files of TENANT and commit the removal (200 with what was removed; 409 while a guest of TENANT runs, unless forced; 404 for a tenant or path not there) |
 //! | `GET /policies` | loaded policies: name, sha256, tenants using it |
 //! | `GET /tenants` | every tenant: id, name, names and bytes its files hold, guests running |
@@ -31,5 +32,5 @@ pub mod client;
 pub mod registry;
 pub mod server;
 
-pub use registry::{check_before_mount, PolicyInfo, Registry, RunningGuest};
+pub use registry::{check_before_mount, PolicyInfo, Registry, RunningGuest, MAX_POLICIES};
 pub use server::{start, write_token, AdminAddr, AdminServer};

@@ -29,6 +29,64 @@ pub struct PolicyInfo {
     pub tenants: Vec<String>,
 }
 
+/// Most policy modules loaded at once (built-ins compiled on use count too): each holds its
+/// compiled code, so uploads cannot grow the process without bound.
+pub const MAX_POLICIES: usize = 64;
+
+/// A policy neither loaded nor built in.
+#[derive(Debug)]
+pub struct NoPolicy(pub String);
+
+impl std::fmt::Display for NoPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no policy named {} is loaded", self.0)
+    }
+}
+
+impl std::error::Error for NoPolicy {}
+
+/// An upload refused because [`MAX_POLICIES`] are loaded.
+#[derive(Debug)]
+pub struct TooManyPolicies;
+
+impl std::fmt::Display for TooManyPolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{MAX_POLICIES} policy modules are loaded, the most this process keeps: \
+             delete one no tenant uses first (DELETE /policies/NAME)"
+        )
+    }
+}
+
+impl std::error::Error for TooManyPolicies {}
+
+/// A policy that cannot be deleted because tenants use it.
+#[derive(Debug)]
+pub struct PolicyInUse {
+    pub policy: String,
+    pub tenants: Vec<String>,
+}
+
+impl std::fmt::Display for PolicyInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "policy {} is the policy of {}: activate another for them first",
+            self.policy,
+            self.tenants.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for PolicyInUse {}
+
+/// The policy a tenant runs: its name and the module its placement was made from.
+struct Active {
+    policy: String,
+    module: Arc<PolicyModule>,
+}
+
 /// Loaded policies and which tenant uses which.
 pub struct Registry {
     engine: Engine,
@@ -39,11 +97,16 @@ pub struct Registry {
     /// Built-ins not compiled yet: each is compiled the first time it is named, so a start
     /// loads only the policies it uses.
     builtins: Mutex<BTreeMap<String, &'static [u8]>>,
-    active: Mutex<BTreeMap<String, String>>,
+    /// Each tenant's policy. Held while a placement is swapped in, so that the store's
+    /// placement and this map change together.
+    active: Mutex<BTreeMap<String, Active>>,
     recorder: Mutex<Option<(TraceOut, Instant)>>,
-    /// Guests running now, by tenant. Held for a whole removal: a guest that starts
-    /// meanwhile waits for it to end.
+    /// Guests running now, by tenant. Only ever held for a moment, so that the counts
+    /// (`GET /tenants`, `/metrics`) never wait behind a removal.
     guests: Mutex<BTreeMap<String, usize>>,
+    /// Held for a whole removal, and by a guest's start: a guest that starts meanwhile
+    /// waits for the removal to end. Lock order: `removing`, then `guests`.
+    removing: Mutex<()>,
     /// Each tenant's quota, by tenant name: one per tenant, shared by its guests.
     quotas: Mutex<BTreeMap<String, Arc<Quota>>>,
     /// The CPU time of each tenant whose guests are metered, by tenant name.
@@ -83,6 +146,7 @@ impl Registry {
             active: Mutex::new(BTreeMap::new()),
             recorder: Mutex::new(None),
             guests: Mutex::new(BTreeMap::new()),
+            removing: Mutex::new(()),
             quotas: Mutex::new(BTreeMap::new()),
             cpu: Mutex::new(BTreeMap::new()),
             memory: Mutex::new(BTreeMap::new()),
@@ -126,7 +190,7 @@ impl Registry {
         builtins.contains_key(name) || self.lock_modules().contains_key(name)
     }
 
-    // Lock order: `builtins`, then `modules`.
+    // Lock order: `active`, then `builtins`, then `modules`.
     fn lock_builtins(&self) -> MutexGuard<'_, BTreeMap<String, &'static [u8]>> {
         self.builtins.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -168,45 +232,129 @@ impl Registry {
         {
             bail!("policy name {name:?} must be letters, digits, '-', '_' or '.'");
         }
+        let full = |modules: &BTreeMap<String, Arc<PolicyModule>>| {
+            modules.len() >= MAX_POLICIES && !modules.contains_key(name)
+        };
+        if full(&self.lock_modules()) {
+            return Err(TooManyPolicies.into());
+        }
         let module = Arc::new(PolicyModule::new(&self.engine, name, bytes, self.limits)?);
         // A module loaded under a built-in's name replaces the built-in.
         let mut builtins = self.lock_builtins();
+        let mut modules = self.lock_modules();
+        if full(&modules) {
+            return Err(TooManyPolicies.into());
+        }
         builtins.remove(name);
-        self.lock_modules().insert(name.to_string(), module.clone());
+        modules.insert(name.to_string(), module.clone());
         Ok(module)
     }
 
-    /// Makes a loaded policy the tenant's placement from now on.
-    pub fn activate(&self, tenant: &str, policy: &str) -> Result<()> {
-        let module = self
-            .loaded(policy)?
-            .ok_or_else(|| anyhow!("no policy named {policy} is loaded"))?;
-        let mut placement: Arc<dyn valet_vfs::Placement> =
-            Arc::new(WasmPlacement::new(module, self.max_streams)?);
-        if let Some((out, start)) = &*self.recorder.lock().unwrap_or_else(|p| p.into_inner()) {
-            placement = Arc::new(Recorder::new(placement, out.clone(), *start));
+    /// Unloads a policy no tenant uses (a built-in's name goes back to the built-in).
+    /// Errors: [`NoPolicy`], [`PolicyInUse`].
+    pub fn unload(&self, name: &str) -> Result<()> {
+        let active = self.lock_active();
+        let users: Vec<String> = active
+            .iter()
+            .filter(|(_, a)| a.policy == name)
+            .map(|(t, _)| t.clone())
+            .collect();
+        if !users.is_empty() {
+            return Err(PolicyInUse {
+                policy: name.to_string(),
+                tenants: users,
+            }
+            .into());
         }
-        let (id, _) = self.store.tenant(tenant)?;
-        self.store.set_placement(id, placement);
-        self.active
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(tenant.to_string(), policy.to_string());
+        let mut builtins = self.lock_builtins();
+        if self.lock_modules().remove(name).is_none() {
+            return Err(NoPolicy(name.to_string()).into());
+        }
+        if let Some((_, bytes)) = valet_policies::BUILTIN.iter().find(|(n, _)| *n == name) {
+            builtins.insert(name.to_string(), *bytes);
+        }
         Ok(())
     }
 
-    /// A loaded policy by name.
+    fn lock_active(&self) -> MutexGuard<'_, BTreeMap<String, Active>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes a loaded policy the tenant's placement from now on, creating the tenant if
+    /// it is new (`valet-run`'s tenants, the node agent's pods). Activating the module the
+    /// tenant already runs changes nothing: its instance, and what it learned, stay.
+    /// Returns whether the placement was swapped.
+    pub fn activate(&self, tenant: &str, policy: &str) -> Result<bool> {
+        let module = self.module(policy)?;
+        let (id, _) = self.store.tenant(tenant)?;
+        self.swap(tenant, id, policy, module)
+    }
+
+    /// [`Registry::activate`] for a tenant the store already has (the admin API: naming a
+    /// tenant must not create one). Errors: [`NoTenant`](crate::remove::NoTenant),
+    /// [`NoPolicy`], or the policy failing to load, or the store failing.
+    pub fn activate_existing(&self, tenant: &str, policy: &str) -> Result<bool> {
+        let (id, _) = remove::existing_tenant(&self.store, tenant)?;
+        let module = self.module(policy)?;
+        self.swap(tenant, id, policy, module)
+    }
+
+    fn swap(
+        &self,
+        tenant: &str,
+        id: TenantId,
+        policy: &str,
+        module: Arc<PolicyModule>,
+    ) -> Result<bool> {
+        let runs = |active: &BTreeMap<String, Active>| {
+            active
+                .get(tenant)
+                .is_some_and(|a| a.policy == policy && Arc::ptr_eq(&a.module, &module))
+        };
+        if runs(&self.lock_active()) {
+            return Ok(false);
+        }
+        // Loading the instance runs the policy's start code: not under the lock.
+        let mut placement: Arc<dyn valet_vfs::Placement> =
+            Arc::new(WasmPlacement::new(module.clone(), self.max_streams)?);
+        if let Some((out, start)) = &*self.recorder.lock().unwrap_or_else(|p| p.into_inner()) {
+            placement = Arc::new(Recorder::new(placement, out.clone(), *start));
+        }
+        let mut active = self.lock_active();
+        if runs(&active) {
+            return Ok(false);
+        }
+        // Unloaded meanwhile: a tenant must not run a policy the registry no longer lists.
+        let listed = self
+            .lock_modules()
+            .get(policy)
+            .is_some_and(|m| Arc::ptr_eq(m, &module));
+        if !listed {
+            return Err(NoPolicy(policy.to_string()).into());
+        }
+        self.store.set_placement(id, placement);
+        active.insert(
+            tenant.to_string(),
+            Active {
+                policy: policy.to_string(),
+                module,
+            },
+        );
+        Ok(true)
+    }
+
+    /// A loaded policy by name ([`NoPolicy`] if there is none).
     pub fn module(&self, name: &str) -> Result<Arc<PolicyModule>> {
         self.loaded(name)?
-            .ok_or_else(|| anyhow!("no policy named {name} is loaded"))
+            .ok_or_else(|| NoPolicy(name.to_string()).into())
     }
 
     pub fn list(&self) -> Vec<PolicyInfo> {
-        let active = self
-            .active
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let active: Vec<(String, String)> = self
+            .lock_active()
+            .iter()
+            .map(|(t, a)| (t.clone(), a.policy.clone()))
+            .collect();
         let info = |name: &str, sha256: String| PolicyInfo {
             name: name.to_string(),
             sha256,
@@ -232,6 +380,10 @@ impl Registry {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    fn lock_removing(&self) -> MutexGuard<'_, ()> {
+        self.removing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_guests(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
@@ -296,6 +448,7 @@ impl Registry {
     /// Counts a guest of `tenant` as running until the mark is dropped (waits while a
     /// removal runs).
     pub fn guest_running(self: &Arc<Self>, tenant: &str) -> RunningGuest {
+        let _no_removal = self.lock_removing();
         *self.lock_guests().entry(tenant.to_string()).or_default() += 1;
         RunningGuest {
             registry: self.clone(),
@@ -307,7 +460,7 @@ impl Registry {
     pub fn tenants(&self) -> Result<Vec<TenantUsage>> {
         let mut all = TenantUsage::of_store(&self.store)?;
         let quotas = self.quotas();
-        let guests = self.lock_guests();
+        let guests = self.guests_running();
         for t in &mut all {
             t.guests = guests.get(&t.name).copied().unwrap_or(0);
             t.quota = quotas.get(&t.name).map(|q| q.limit());
@@ -320,8 +473,8 @@ impl Registry {
     /// [`TenantBusy`] while a guest of the tenant runs, unless forced; no guest starts
     /// until it is done.
     pub fn remove(&self, tenant: &str, request: &RemoveRequest) -> Result<Removal> {
-        let guests = self.lock_guests();
-        let running = guests.get(tenant).copied().unwrap_or(0);
+        let _no_guest_starts = self.lock_removing();
+        let running = self.lock_guests().get(tenant).copied().unwrap_or(0);
         if running > 0 && !request.force {
             return Err(TenantBusy {
                 tenant: tenant.to_string(),
@@ -454,6 +607,95 @@ mod tests {
         let info = registry.list().into_iter().find(|p| p.name == "rocks");
         assert_eq!(info.unwrap().tenants, ["app"]);
         assert!(registry.resolve("no-such-policy").is_err());
+    }
+
+    /// Every pod start activates its tenant's policy: the one it runs already stays, with
+    /// its instance and whatever it learned; another one, or a new version, is swapped in.
+    #[test]
+    fn activating_the_policy_a_tenant_runs_keeps_its_instance() {
+        let registry = registry();
+        let store = registry.store().clone();
+        assert!(
+            registry.activate("app", "rocks").unwrap(),
+            "first: swapped in"
+        );
+        let (_, root) = store.tenant("app").unwrap();
+        // A fresh placement starts counting its decisions from 0.
+        let decisions = |name: &str| {
+            let f = store.open_file(root, name, valet_vfs::OpenOptions::create());
+            f.unwrap().close().unwrap();
+            let stats = store.stats();
+            let p = stats.policies.iter().find(|p| p.name == "rocks").unwrap();
+            p.decisions
+        };
+        assert_eq!(decisions("1.log"), 1);
+        assert!(!registry.activate("app", "rocks").unwrap(), "same: kept");
+        assert_eq!(decisions("2.log"), 2, "the same instance");
+        registry.load("rocks", builtin("default")).unwrap();
+        assert!(
+            registry.activate("app", "rocks").unwrap(),
+            "a new version: swapped"
+        );
+        assert_eq!(decisions("3.log"), 1, "a new instance");
+        assert!(registry.activate("app", "default").unwrap());
+    }
+
+    /// The admin API names tenants that must exist; unknown names are typed errors.
+    #[test]
+    fn activating_through_the_api_needs_an_existing_tenant() {
+        let registry = registry();
+        let e = registry.activate_existing("ghost", "rocks").unwrap_err();
+        assert!(e.is::<crate::remove::NoTenant>(), "{e:#}");
+        assert!(registry
+            .store()
+            .tenants()
+            .iter()
+            .all(|(_, n, _)| n != "ghost"));
+        registry.store().tenant("app").unwrap();
+        let e = registry.activate_existing("app", "nope").unwrap_err();
+        assert!(e.is::<NoPolicy>(), "{e:#}");
+        assert!(registry.activate_existing("app", "rocks").unwrap());
+    }
+
+    #[test]
+    fn uploads_stop_at_the_cap_and_unused_policies_unload() {
+        let registry = registry();
+        let bytes = builtin("default");
+        for i in 0..MAX_POLICIES {
+            registry.load(&format!("p{i}"), bytes).unwrap();
+        }
+        let e = registry
+            .load("one-more", bytes)
+            .err()
+            .expect("over the cap");
+        assert!(e.is::<TooManyPolicies>(), "{e:#}");
+        registry
+            .load("p0", bytes)
+            .expect("replacing one is no new module");
+        registry.activate("app", "p1").unwrap();
+        assert!(registry.unload("p1").unwrap_err().is::<PolicyInUse>());
+        assert!(registry.unload("nope").unwrap_err().is::<NoPolicy>());
+        registry.unload("p0").unwrap();
+        registry.load("one-more", bytes).unwrap();
+        assert!(registry
+            .module("p0")
+            .err()
+            .expect("unloaded")
+            .is::<NoPolicy>());
+    }
+
+    /// A removal holds off guests' starts, not the counts of those running.
+    #[test]
+    fn counts_of_running_guests_do_not_wait_behind_a_removal() {
+        let registry = registry();
+        let guest = registry.guest_running("app");
+        let removal = registry.lock_removing();
+        // With the removal's lock held here, these return at once (they used to take it).
+        assert_eq!(registry.guests_running().get("app"), Some(&1));
+        assert!(registry.tenants().is_ok());
+        drop(guest);
+        assert_eq!(registry.guests_running().get("app"), None);
+        drop(removal);
     }
 
     #[test]

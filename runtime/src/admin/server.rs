@@ -1,5 +1,8 @@
 //! The admin API server: its address, its token, and the HTTP routes over a [`Registry`].
-//! One thread of its own runs a single-threaded tokio runtime with axum on it.
+//! One thread of its own runs a single-threaded tokio runtime with axum on it; the work on
+//! the registry and the store runs on tokio's blocking threads, so no request waits behind
+//! another's. Connections are bounded as [`http_serve`] says (10 s for a request's
+//! headers, 64 at once).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -16,9 +19,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 
+use super::registry::{NoPolicy, PolicyInUse, TooManyPolicies};
 use super::Registry;
 use serde::Deserialize;
 
+use crate::http_serve::{self, Bounds};
 use crate::inspect;
 use crate::remove::{existing_tenant, NoTenant, RemoveRequest, TenantBusy};
 
@@ -89,6 +94,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
     let token = write_token(token_path)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .context("starting the admin API runtime")?;
     let api = Api {
@@ -100,10 +106,12 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
         .route("/policies", get(list_policies))
         .route(
             "/policies/{name}",
-            put(upload_policy).route_layer(middleware::from_fn_with_state(
-                api.clone(),
-                refuse_oversized_module,
-            )),
+            put(upload_policy)
+                .route_layer(middleware::from_fn_with_state(
+                    api.clone(),
+                    refuse_oversized_module,
+                ))
+                .delete(unload_policy),
         )
         .route("/tenants", get(list_tenants))
         .route("/tenants/{tenant}/policy", put(activate_policy))
@@ -123,7 +131,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
                 .with_context(|| format!("--admin {a}: cannot listen"))?;
             let local = AdminAddr::Tcp(listener.local_addr()?);
             std::thread::spawn(move || {
-                runtime.block_on(async { axum::serve(listener, app).await })
+                runtime.block_on(http_serve::serve(listener, app, Bounds::default()))
             });
             local
         }
@@ -136,7 +144,7 @@ pub fn start(addr: &AdminAddr, token_path: &Path, registry: Arc<Registry>) -> Re
             };
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
             std::thread::spawn(move || {
-                runtime.block_on(async { axum::serve(listener, app).await })
+                runtime.block_on(http_serve::serve(listener, app, Bounds::default()))
             });
             addr.clone()
         }
@@ -170,7 +178,10 @@ fn error(status: StatusCode, e: anyhow::Error) -> Response {
 }
 
 async fn list_policies(State(api): State<Api>) -> Response {
-    Json(api.registry.list()).into_response()
+    match blocking(&api, |registry| Ok(registry.list())).await {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }
 
 /// Refuses a module over the size limit from its `Content-Length`, before reading the body
@@ -201,13 +212,27 @@ async fn upload_policy(
     UrlPath(name): UrlPath<String>,
     body: Bytes,
 ) -> Response {
-    match api.registry.load(&name, &body) {
+    // Compiling and loading take CPU time: off the API's one thread.
+    match blocking(&api, move |registry| registry.load(&name, &body)).await {
         Ok(m) => (
             StatusCode::CREATED,
             Json(serde_json::json!({ "name": m.name, "sha256": m.sha256 })),
         )
             .into_response(),
+        Err(e) if e.is::<TooManyPolicies>() => error(StatusCode::INSUFFICIENT_STORAGE, e),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// Unloads a policy no tenant uses: 200, 404 if none is loaded by that name, 409 while a
+/// tenant uses it.
+async fn unload_policy(State(api): State<Api>, UrlPath(name): UrlPath<String>) -> Response {
+    let policy = name.clone();
+    match blocking(&api, move |registry| registry.unload(&policy)).await {
+        Ok(()) => Json(serde_json::json!({ "unloaded": name })).into_response(),
+        Err(e) if e.is::<PolicyInUse>() => error(StatusCode::CONFLICT, e),
+        Err(e) if e.is::<NoPolicy>() => error(StatusCode::NOT_FOUND, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -217,25 +242,34 @@ async fn activate_policy(
     body: Bytes,
 ) -> Response {
     let policy = String::from_utf8_lossy(&body).trim().to_string();
-    match api.registry.activate(&tenant, &policy) {
-        Ok(()) => (
+    let (t, p) = (tenant.clone(), policy.clone());
+    // Loading the instance runs the policy's start code: off the API's one thread.
+    match blocking(&api, move |registry| registry.activate_existing(&t, &p)).await {
+        Ok(swapped) => (
             StatusCode::OK,
-            Json(serde_json::json!({ "tenant": tenant, "policy": policy })),
+            Json(serde_json::json!({ "tenant": tenant, "policy": policy, "swapped": swapped })),
         )
             .into_response(),
-        Err(e) => error(StatusCode::NOT_FOUND, e),
+        // Only an unknown tenant or policy is "not found"; a policy that fails to load,
+        // or the store failing, is the server's.
+        Err(e) if e.is::<NoTenant>() || e.is::<NoPolicy>() => error(StatusCode::NOT_FOUND, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn list_tenants(State(api): State<Api>) -> Response {
-    match api.registry.tenants() {
+    match blocking(&api, |registry| registry.tenants()).await {
         Ok(all) => Json(all).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn stats(State(api): State<Api>) -> Response {
-    Json(api.registry.store().stats()).into_response()
+    // The store's lock: off the API's one thread.
+    match blocking(&api, |registry| Ok(registry.store().stats())).await {
+        Ok(stats) => Json(stats).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }
 
 /// Runs `work` on the registry on a blocking thread (it waits for the store's locks, its
