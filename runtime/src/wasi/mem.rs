@@ -23,6 +23,12 @@ pub const MAX_RW: u32 = 0x7fff_f000;
 /// and a large memory, a copy each the size of the memory could exhaust the host).
 pub const SHARED_MAX: u32 = 16 << 20;
 
+/// Linux's `PATH_MAX`, its NUL included: a path (or link target) of this many bytes or more
+/// is ENAMETOOLONG, refused before it is copied, so no guest length sizes the copy (with
+/// many threads and a large memory, copies each the size of the memory could exhaust the
+/// host, outside the pod's memory limit).
+pub const PATH_MAX: u32 = 4096;
+
 /// One call's view of the guest's memory.
 pub struct GuestMem {
     base: *mut u8,
@@ -225,9 +231,13 @@ impl GuestMem {
         Ok(())
     }
 
-    /// A guest string (a path): copied out, and EILSEQ unless it is UTF-8.
+    /// A guest string (a path): copied out, and EILSEQ unless it is UTF-8. EFAULT unless
+    /// it lies in memory, then ENAMETOOLONG from [`PATH_MAX`] bytes on.
     pub fn string(&self, ptr: u32, len: u32) -> Result<String, Errno> {
         let at = self.check(ptr, len as usize)?;
+        if len >= PATH_MAX {
+            return Err(Errno::NAMETOOLONG);
+        }
         let mut v = vec![0u8; len as usize];
         // SAFETY: in bounds; a raw copy.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), v.as_mut_ptr(), v.len()) };
@@ -255,6 +265,19 @@ mod tests {
         assert_eq!(m.string(0, 65), Err(Errno::FAULT));
         m.write_bytes(0, &[0xff, 0xfe]).unwrap();
         assert_eq!(m.string(0, 2), Err(Errno::ILSEQ));
+    }
+
+    /// A path of PATH_MAX bytes or more is refused before it is copied (the check of its
+    /// bounds comes first, as a copy from user memory faults first).
+    #[test]
+    fn paths_from_path_max_on_are_too_long() {
+        let mut data = vec![b'a'; 2 * PATH_MAX as usize];
+        let m = GuestMem::plain(&mut data);
+        assert_eq!(m.string(0, PATH_MAX - 1).unwrap().len(), 4095);
+        assert_eq!(m.string(0, PATH_MAX), Err(Errno::NAMETOOLONG));
+        assert_eq!(m.string(1, 2 * PATH_MAX - 1), Err(Errno::NAMETOOLONG));
+        assert_eq!(m.string(1, 2 * PATH_MAX), Err(Errno::FAULT));
+        assert_eq!(m.string(0, u32::MAX), Err(Errno::FAULT));
     }
 
     #[test]
