@@ -4,13 +4,15 @@
 //! nothing (Linux checks every buffer first). Stock wasmtime's preview1 differs on the last
 //! (it writes only the first buffer), so the conformance probes cannot hold these.
 //!
+//! More edges follow, each a guest of its own.
+//!
 //! The guest is WAT and exits with 0, or with a code naming the check that failed.
 
 use std::sync::Arc;
 
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_vfs::device::{Geometry, MemoryDevice};
-use valet_vfs::{Store, StoreConfig};
+use valet_vfs::{Ino, Store, StoreConfig};
 
 /// WASI numbers the guests use: errnos BADF 8, FAULT 21; rights FD_READ 2, FD_WRITE 64;
 /// fdflags APPEND 1, DSYNC 2; oflags CREAT 1.
@@ -64,8 +66,8 @@ const EDGES: &str = r#"(module
     (if (i64.ne (i64.load (i32.const 96)) (i64.const 0)) (then (call $exit (i32.const 33))))
     (call $exit (i32.const 0))))"#;
 
-#[test]
-fn calls_at_their_edges_answer_as_linux_does() {
+/// A store on a memory device, and tenant `t`'s root.
+fn new_store() -> (Store, Ino) {
     let geometry = Geometry {
         zone_count: 16,
         zone_size: 1 << 20,
@@ -77,9 +79,14 @@ fn calls_at_their_edges_answer_as_linux_does() {
     let device = Arc::new(MemoryDevice::new(geometry).unwrap());
     let store = Store::open(device, StoreConfig::default()).unwrap();
     let (_, root) = store.tenant("t").unwrap();
+    (store, root)
+}
+
+/// Runs the WAT guest `wat` with `root` at `/data` (fd 3); `spec` may change the rest.
+fn run(wat: &str, store: &Store, root: Ino, spec: impl FnOnce(&mut GuestSpec)) -> GuestExit {
     let engine = host::engine(host::Stopping::NoChecks).unwrap();
-    let module = wasmtime::Module::new(&engine, wat::parse_str(EDGES).unwrap()).unwrap();
-    let spec = GuestSpec {
+    let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
+    let mut guest = GuestSpec {
         args: vec!["edges".into()],
         preopens: vec![Preopen::Store {
             ino: root,
@@ -87,8 +94,53 @@ fn calls_at_their_edges_answer_as_linux_does() {
         }],
         ..GuestSpec::default()
     };
-    match host::run(&engine, &module, &spec, &store).unwrap() {
+    spec(&mut guest);
+    host::run(&engine, &module, &guest, store).unwrap()
+}
+
+fn expect_zero(exit: GuestExit) {
+    match exit {
         GuestExit::Code(0) => {}
         other => panic!("{other:?}: the check of that number failed (see the guest)"),
     }
 }
+
+#[test]
+fn calls_at_their_edges_answer_as_linux_does() {
+    let (store, root) = new_store();
+    expect_zero(run(EDGES, &store, root, |_| {}));
+}
+
+/// `poll_oneoff` with `n` zeroed subscriptions (each a relative clock, due now) at 0,
+/// events after them, the count at 8 MiB - 4; exits with the errno, or 100 when the count
+/// is not `n`.
+fn poll_many(n: u32) -> String {
+    format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 128)
+  (func (export "_start") (local $e i32)
+    (local.set $e (call $poll (i32.const 0) (i32.const {events}) (i32.const {n})
+      (i32.const 0x7ffffc)))
+    (if (local.get $e) (then (call $exit (local.get $e))))
+    (if (i32.ne (i32.load (i32.const 0x7ffffc)) (i32.const {n}))
+      (then (call $exit (i32.const 100))))
+    (call $exit (i32.const 0))))"#,
+        events = n * 48,
+    )
+}
+
+/// More subscriptions than a guest may hold descriptors is EINVAL (as Linux's poll past
+/// RLIMIT_NOFILE), before the host sizes anything by the count; that many is fine.
+#[test]
+fn poll_oneoff_takes_at_most_as_many_subscriptions_as_descriptors() {
+    let (store, root) = new_store();
+    expect_zero(run(&poll_many(65_536), &store, root, |_| {}));
+    match run(&poll_many(65_537), &store, root, |_| {}) {
+        GuestExit::Code(28) => {}
+        other => panic!("{other:?} (want EINVAL, 28)"),
+    }
+}
+

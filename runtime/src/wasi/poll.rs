@@ -9,8 +9,13 @@ use std::sync::Arc;
 use super::abi::{clock, Errno, EVENT_SIZE, SUBSCRIPTION_SIZE};
 use super::calls::clock_now;
 use super::mem::GuestMem;
-use super::table::{Desc, Kind};
+use super::table::{Desc, Kind, MAX_OPEN};
 use super::WasiCtx;
+
+/// Most subscriptions one call takes: as Linux's poll refuses more descriptors than
+/// `RLIMIT_NOFILE` (EINVAL), past the most a guest may hold open. The host's list of them
+/// is sized by the count, which the guest's memory alone would let reach 89 million.
+const MAX_SUBSCRIPTIONS: u32 = MAX_OPEN as u32;
 
 const EVENT_CLOCK: u8 = 0;
 const EVENT_FD_READ: u8 = 1;
@@ -50,7 +55,7 @@ pub fn poll_oneoff(
     events: u32,
     n: u32,
 ) -> Result<u32, Errno> {
-    if n == 0 {
+    if n == 0 || n > MAX_SUBSCRIPTIONS {
         return Err(Errno::INVAL);
     }
     m.array(subs, n, SUBSCRIPTION_SIZE)?;
