@@ -144,3 +144,45 @@ fn poll_oneoff_takes_at_most_as_many_subscriptions_as_descriptors() {
     }
 }
 
+/// Subscriptions (48 bytes each) at 1024: fd_read of stdin (userdata 1) and of the file
+/// `p` (userdata 2), which is ready at once; events at 2048, their count at 100.
+const POLL_BOTH: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "p")
+  (func (export "_start") (local $e i32)
+    (if (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 1)
+          (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 32))
+      (then (call $exit (i32.const 10))))
+    (i64.store (i32.const 1024) (i64.const 1))
+    (i32.store8 (i32.const 1032) (i32.const 1))
+    (i32.store (i32.const 1040) (i32.const 0))
+    (i64.store (i32.const 1072) (i64.const 2))
+    (i32.store8 (i32.const 1080) (i32.const 1))
+    (i32.store (i32.const 1088) (i32.load (i32.const 32)))
+    (local.set $e (call $poll (i32.const 1024) (i32.const 2048) (i32.const 2) (i32.const 100)))
+    (if (local.get $e) (then (call $exit (i32.add (i32.const 20) (local.get $e)))))
+    ;; Both are ready: the file at once, stdin (a file with data) when poll(2) is asked.
+    (call $exit (i32.load (i32.const 100)))))"#;
+
+/// `poll_oneoff` reports stdin (or a socket) ready beside a subscription that is ready at
+/// once: the host descriptors are still asked, without waiting (they were asked only when
+/// nothing else was ready, so a guest that polls a socket and a file never saw the socket).
+#[test]
+fn poll_oneoff_reports_every_ready_subscription() {
+    let stdin = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(stdin.path(), b"input").unwrap();
+    let (store, root) = new_store();
+    let exit = run(POLL_BOTH, &store, root, |spec| {
+        spec.stdio[0] = Some(Arc::new(stdin.reopen().unwrap()));
+    });
+    match exit {
+        GuestExit::Code(2) => {}
+        other => panic!("{other:?} (want 2 events)"),
+    }
+}
+

@@ -1,7 +1,8 @@
 //! `poll_oneoff`: clock subscriptions (relative or absolute, on the realtime or monotonic
 //! clock), and readiness of descriptors. Files and directories are always ready, stdout and
 //! stderr are ready for writing; stdin and sockets are asked with poll(2), waiting at most
-//! until the earliest clock subscription is due.
+//! until the earliest clock subscription is due (not at all when another subscription is
+//! ready already: they are still asked, so every ready one is reported).
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -171,11 +172,17 @@ pub fn poll_oneoff(
         })
         .collect();
 
-    // Wait only when nothing is ready yet; a guest that is stopped meanwhile gets EINTR
-    // at once (see `WasiCtx::wait`).
-    if out.is_empty() {
-        let now = clock_now(clock::MONOTONIC)?;
-        let timeout = earliest.map(|due| std::time::Duration::from_nanos(due.saturating_sub(now)));
+    // Wait only when nothing is ready yet; when something is, the host descriptors are
+    // still asked (without waiting), so that each of them that is ready is reported too. A
+    // guest that is stopped meanwhile gets EINTR at once (see `WasiCtx::wait`).
+    if out.is_empty() || !os.is_empty() {
+        let timeout = match out.is_empty() {
+            true => {
+                let now = clock_now(clock::MONOTONIC)?;
+                earliest.map(|due| std::time::Duration::from_nanos(due.saturating_sub(now)))
+            }
+            false => Some(std::time::Duration::ZERO),
+        };
         let mut fds: Vec<libc::pollfd> = os
             .iter()
             .map(|&(_, ty, fd)| libc::pollfd {
