@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
+use valet_runtime::wasi::SpaceLimit;
 use valet_vfs::device::{Geometry, MemoryDevice};
 use valet_vfs::{Ino, Store, StoreConfig};
 
@@ -109,6 +110,80 @@ fn expect_zero(exit: GuestExit) {
 fn calls_at_their_edges_answer_as_linux_does() {
     let (store, root) = new_store();
     expect_zero(run(EDGES, &store, root, |_| {}));
+}
+
+/// WASI numbers: errnos INVAL 28, ISDIR 31, NOTSOCK 57. The guest creates `f` (fd 4).
+const ERRNOS: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_pwrite"
+    (func $pwrite (param i32 i32 i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_pread"
+    (func $pread (param i32 i32 i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "sock_send"
+    (func $send (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "sock_recv"
+    (func $recv (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_filestat_get" (func $stat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "f/")
+  (data (i32.const 16) "hello")
+  (func (export "_start") (local $fd i32)
+    ;; path_open(3, follow, "f", CREAT, READ|WRITE, same, 0, &fd at 32)
+    (if (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 1)
+          (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 32))
+      (then (call $exit (i32.const 10))))
+    (local.set $fd (i32.load (i32.const 32)))
+    ;; One iovec at 40: "hello".
+    (i32.store (i32.const 40) (i32.const 16))
+    (i32.store (i32.const 44) (i32.const 5))
+    ;; 1. pwrite and pread at a negative offset: EINVAL (pwrite used to say EFBIG, pread
+    ;; to read nothing).
+    (if (i32.ne (call $pwrite (local.get $fd) (i32.const 40) (i32.const 1) (i64.const -1)
+          (i32.const 56)) (i32.const 28))
+      (then (call $exit (i32.const 11))))
+    (if (i32.ne (call $pwrite (local.get $fd) (i32.const 40) (i32.const 1)
+          (i64.const 0x8000000000000000) (i32.const 56)) (i32.const 28))
+      (then (call $exit (i32.const 12))))
+    (if (i32.ne (call $pread (local.get $fd) (i32.const 40) (i32.const 1) (i64.const -5)
+          (i32.const 56)) (i32.const 28))
+      (then (call $exit (i32.const 13))))
+    ;; 2. send and recv on a file: ENOTSOCK, and nothing written.
+    (if (i32.ne (call $send (local.get $fd) (i32.const 40) (i32.const 1) (i32.const 0)
+          (i32.const 56)) (i32.const 57))
+      (then (call $exit (i32.const 20))))
+    (if (i32.ne (call $recv (local.get $fd) (i32.const 40) (i32.const 1) (i32.const 0)
+          (i32.const 56) (i32.const 60)) (i32.const 57))
+      (then (call $exit (i32.const 21))))
+    (if (call $stat (local.get $fd) (i32.const 64)) (then (call $exit (i32.const 22))))
+    (if (i64.ne (i64.load (i32.const 96)) (i64.const 0)) (then (call $exit (i32.const 23))))
+    ;; 3. open("f/", O_CREAT) of the existing file f: EISDIR (it was ENOTDIR).
+    (if (i32.ne (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 2)
+          (i32.const 1) (i64.const 66) (i64.const 66) (i32.const 0) (i32.const 32))
+          (i32.const 31))
+      (then (call $exit (i32.const 30))))
+    (call $exit (i32.const 0))))"#;
+
+/// A limit that refuses every byte.
+struct Full;
+
+impl SpaceLimit for Full {
+    fn charge(&self, _bytes: u64) -> bool {
+        false
+    }
+}
+
+#[test]
+fn errnos_are_linuxs() {
+    let (store, root) = new_store();
+    expect_zero(run(ERRNOS, &store, root, |_| {}));
+    // Under a full space limit too (a pwrite far past the end of the file used to
+    // overflow the sum of its offset and length, asking what the write would grow).
+    let (store, root) = new_store();
+    expect_zero(run(ERRNOS, &store, root, |spec| {
+        spec.space_limit = Some(Arc::new(Full))
+    }));
 }
 
 /// `poll_oneoff` with `n` zeroed subscriptions (each a relative clock, due now) at 0,

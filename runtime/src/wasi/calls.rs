@@ -148,15 +148,16 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                        iovs: i32,
                        n: i32,
                        offset: i64,
-                       out: i32| fd_read(
+                       out: i32| file_offset(offset)
+    .and_then(|offset| fd_read(
         &m,
         w,
         s,
         fd as u32,
         iovs as u32,
         n as u32,
-        Some(offset as u64)
-    )
+        Some(offset)
+    ))
     .and_then(|r| m.put_u32(out as u32, r)));
     wrap!("fd_prestat_get", |m, w, s, fd: i32, out: i32| {
         fd_prestat_get(&m, w, fd as u32, out as u32)
@@ -174,15 +175,16 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         iovs: i32,
                         n: i32,
                         offset: i64,
-                        out: i32| fd_write(
+                        out: i32| file_offset(offset)
+    .and_then(|offset| fd_write(
         &m,
         w,
         s,
         fd as u32,
         iovs as u32,
         n as u32,
-        Some(offset as u64)
-    )
+        Some(offset)
+    ))
     .and_then(|r| m.put_u32(out as u32, r)));
     wrap!("fd_read", |m,
                       w,
@@ -443,14 +445,13 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         iovs: i32,
                         n: i32,
                         _flags: i32,
-                        out: i32| fd_write(
+                        out: i32| sock_send(
         &m,
         w,
         s,
         fd as u32,
         iovs as u32,
-        n as u32,
-        None
+        n as u32
     )
     .and_then(|k| m.put_u32(out as u32, k)));
     wrap!("sock_shutdown", |m, w, s, fd: i32, how: i32| sock_shutdown(
@@ -807,6 +808,12 @@ fn fd_prestat_dir_name(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32) -
     m.write_bytes(buf, path.as_bytes())
 }
 
+/// The offset of an `fd_pread` or `fd_pwrite`: a negative one (as `off_t`) is EINVAL,
+/// before anything else is looked at, as Linux's `pread` and `pwrite` answer.
+fn file_offset(offset: i64) -> R<u64> {
+    u64::try_from(offset).map_err(|_| Errno::INVAL)
+}
+
 /// `fd_read` (`offset` None, at and moving the position) and `fd_pread`. Every buffer is
 /// filled from the file while data lasts: no cap per call.
 fn fd_read(
@@ -976,7 +983,10 @@ fn fd_write(
                 let charged = w.charge(len as u64).or_else(|_| {
                     let grows = match d.flags() & fdflags::APPEND != 0 {
                         true => len as u64,
-                        false => (at + len as u64).saturating_sub(f.size()?),
+                        false => {
+                            let end = at.checked_add(len as u64).ok_or(Errno::FBIG)?;
+                            end.saturating_sub(f.size()?)
+                        }
                     };
                     w.charge(grows)
                 });
@@ -1109,12 +1119,16 @@ fn fd_readdir(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32, cookie: u6
     dirlist::pack(cookies, m, buf, len, cookie, dot, dotdot, items)
 }
 
+/// `fd_renumber`, as Linux's `dup2`: the descriptor `to` named is closed, and an error of
+/// that close is not the call's (the renumber has happened). The close still makes a store
+/// file's data durable; when that fails, the data stays with the file for a later sync,
+/// whose error the guest then sees.
 fn fd_renumber(w: &WasiCtx, from: u32, to: u32) -> R<()> {
     let old = w.table().renumber(from, to)?;
-    match old {
-        Some(d) => close_desc(d),
-        None => Ok(()),
+    if let Some(d) = old {
+        let _ = close_desc(d);
     }
+    Ok(())
 }
 
 fn fd_seek(w: &WasiCtx, fd: u32, offset: i64, wh: u8) -> R<u64> {
@@ -1423,6 +1437,22 @@ fn sock_recv(
         return Ok(got as u32);
     }
     Ok(0)
+}
+
+/// `sock_send`: `fd_write` on a socket; any other descriptor is ENOTSOCK, as Linux's
+/// `send` answers (it used to write to a file or stdout).
+fn sock_send(
+    m: &GuestMem,
+    w: &WasiCtx,
+    scratch: &mut Vec<u8>,
+    fd: u32,
+    iovs: u32,
+    n: u32,
+) -> R<u32> {
+    if !matches!(w.get(fd)?.kind, Kind::Stream(_) | Kind::Listener(_)) {
+        return Err(Errno::NOTSOCK);
+    }
+    fd_write(m, w, scratch, fd, iovs, n, None)
 }
 
 fn sock_shutdown(w: &WasiCtx, fd: u32, how: u8) -> R<()> {
