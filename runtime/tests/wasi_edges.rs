@@ -261,3 +261,26 @@ fn poll_oneoff_reports_every_ready_subscription() {
     }
 }
 
+/// A 4 GiB memory; fd_readdir of `/data` into its last 26 bytes: `.`'s record (25 bytes)
+/// ends at the end of memory, and the next would start past it.
+const READDIR_AT_THE_END: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_readdir"
+    (func $readdir (param i32 i32 i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 65536)
+  (func (export "_start")
+    (call $exit (call $readdir (i32.const 3) (i32.const -25) (i32.const 26) (i64.const 0)
+      (i32.const 8)))))"#;
+
+/// The listing's next record past the end of a 4 GiB memory is EFAULT: its address used
+/// to wrap to 0 (a host panic in a debug build, a write over the guest's address 0 in a
+/// release one).
+#[test]
+fn a_listing_never_wraps_past_the_end_of_memory() {
+    let (store, root) = new_store();
+    match run(READDIR_AT_THE_END, &store, root, |_| {}) {
+        GuestExit::Code(21) => {}
+        other => panic!("{other:?} (want EFAULT, 21)"),
+    }
+}
+
