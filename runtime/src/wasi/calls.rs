@@ -1006,6 +1006,12 @@ fn fd_write(
                     break;
                 }
             }
+            // The position moves only if the call succeeds: a write whose O_DSYNC sync
+            // fails is retried at the same place (Linux moves `f_pos` only when the write
+            // returns a count).
+            if total > 0 {
+                sync_written(&d)?;
+            }
             if let Some(pos) = held.as_deref_mut() {
                 *pos = at;
             }
@@ -1044,6 +1050,9 @@ fn fd_write(
                     break;
                 }
             }
+            if total > 0 {
+                sync_written(&d)?;
+            }
             if let Some(pos) = held.as_deref_mut() {
                 *pos = at;
             }
@@ -1075,19 +1084,22 @@ fn fd_write(
         }
         _ => return Err(Errno::BADF),
     }
-    // O_SYNC: the data and all the metadata durable before the call returns (fsync);
-    // O_DSYNC / O_RSYNC: the data and what is needed to read it back (fdatasync).
-    if total > 0 {
-        match (&d.kind, write_sync(d.flags())) {
-            (_, None) => {}
-            (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
-            (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
-            (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
-            (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
-            _ => {}
-        }
-    }
     Ok(total)
+}
+
+/// Before a file write that wrote something returns: on an `O_SYNC` descriptor the data
+/// and all the metadata durable (fsync); `O_DSYNC` / `O_RSYNC`, the data and what is needed
+/// to read it back (fdatasync).
+fn sync_written(d: &Desc) -> R<()> {
+    match (&d.kind, write_sync(d.flags())) {
+        (_, None) => {}
+        (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
+        (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
+        (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
+        (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
+        _ => {}
+    }
+    Ok(())
 }
 
 /// What a write on a descriptor with `flags` makes durable before it returns.
