@@ -4,16 +4,19 @@
 //! nothing (Linux checks every buffer first). Stock wasmtime's preview1 differs on the last
 //! (it writes only the first buffer), so the conformance probes cannot hold these.
 //!
-//! More edges follow, each a guest of its own.
+//! More edges, each a guest of its own below: errnos Linux gives where the store gave
+//! others (negative offsets, `send` on a file, `open("file/", O_CREAT)`), `poll_oneoff`'s
+//! bound on subscriptions and its report of every ready one, a directory listing at the end
+//! of a 4 GiB memory, and an append of two buffers that lands whole.
 //!
 //! The guest is WAT and exits with 0, or with a code naming the check that failed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use valet_runtime::host::{self, GuestExit, GuestSpec, Preopen};
 use valet_runtime::wasi::SpaceLimit;
 use valet_vfs::device::{Geometry, MemoryDevice};
-use valet_vfs::{Ino, Store, StoreConfig};
+use valet_vfs::{FileHandle, Ino, OpenOptions, Store, StoreConfig};
 
 /// WASI numbers the guests use: errnos BADF 8, FAULT 21; rights FD_READ 2, FD_WRITE 64;
 /// fdflags APPEND 1, DSYNC 2; oflags CREAT 1.
@@ -284,3 +287,56 @@ fn a_listing_never_wraps_past_the_end_of_memory() {
     }
 }
 
+/// Opens `log` with O_APPEND (fdflags 1) and writes "ab" and "cd" in one fd_write.
+const APPEND_TWO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open"
+    (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "log")
+  (data (i32.const 16) "abcd")
+  (func (export "_start")
+    (if (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 3) (i32.const 0)
+          (i64.const 64) (i64.const 64) (i32.const 1) (i32.const 32))
+      (then (call $exit (i32.const 10))))
+    (i32.store (i32.const 40) (i32.const 16))
+    (i32.store (i32.const 44) (i32.const 2))
+    (i32.store (i32.const 48) (i32.const 18))
+    (i32.store (i32.const 52) (i32.const 2))
+    (if (call $write (i32.load (i32.const 32)) (i32.const 40) (i32.const 2) (i32.const 56))
+      (then (call $exit (i32.const 11))))
+    (if (i32.ne (i32.load (i32.const 56)) (i32.const 4)) (then (call $exit (i32.const 12))))
+    (call $exit (i32.const 0))))"#;
+
+/// Another appender of the same file, which appends "X" whenever the guest asks its space
+/// limit for room: that is, between the store writes of one fd_write.
+struct Interloper(Mutex<FileHandle>);
+
+impl SpaceLimit for Interloper {
+    fn charge(&self, _bytes: u64) -> bool {
+        self.0.lock().unwrap().write_at(b"X", 0).unwrap();
+        true
+    }
+}
+
+/// One O_APPEND fd_write of two buffers lands whole: another appender's write comes
+/// before or after it, never between its buffers (as Linux's writev holds the inode lock
+/// for the whole call). Each buffer used to be a store write of its own.
+#[test]
+fn an_append_of_two_buffers_lands_whole() {
+    let (store, root) = new_store();
+    let opts = OpenOptions {
+        append: true,
+        ..OpenOptions::create()
+    };
+    let other = store.open_file(root, "log", opts).unwrap();
+    let limit = Arc::new(Interloper(Mutex::new(other)));
+    expect_zero(run(APPEND_TWO, &store, root, |spec| {
+        spec.space_limit = Some(limit.clone())
+    }));
+    let f = store.open_file(root, "log", OpenOptions::read()).unwrap();
+    let mut buf = [0u8; 16];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "Xabcd");
+}

@@ -3,7 +3,8 @@
 //! Each wrapper takes the call's view of memory and context ([`super::view`]), runs the
 //! call as a function returning `Result<_, Errno>`, and hands the guest the number. The
 //! write path of a store file (`fd_write`) allocates nothing and boxes nothing: one table
-//! lookup under a short lock, the iovecs read in place, one store call per buffer.
+//! lookup under a short lock, the iovecs read in place, one store call per buffer (an
+//! append of several buffers gathers them into the thread's scratch buffer for one).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -17,7 +18,7 @@ use super::abi::{
     self, clock, fdflags, filetype, fstflags, oflags, rights, whence, Errno, Filestat,
 };
 use super::dirlist;
-use super::mem::GuestMem;
+use super::mem::{GuestMem, GATHER_MAX};
 use super::table::{Desc, Kind};
 use super::Outlet;
 use super::{view, Ending, Exit, GuestState, TimeSpec, WasiCtx};
@@ -973,39 +974,27 @@ fn fd_write(
                 return Err(Errno::BADF);
             }
             m.check_iovecs(iovs, n)?;
-            let (mut held, mut at) = d.start_at(offset);
-            for i in 0..n {
-                let (buf, whole) = m.iovec(iovs, i)?;
-                let len = m.room(total, whole);
-                let data = m.bytes(buf, len, scratch)?;
-                // Every byte is charged at first; past the limit only what the write adds
-                // to the file's size is (an overwrite in place needs no more room).
-                let charged = w.charge(len as u64).or_else(|_| {
-                    let grows = match d.flags() & fdflags::APPEND != 0 {
-                        true => len as u64,
-                        false => {
-                            let end = at.checked_add(len as u64).ok_or(Errno::FBIG)?;
-                            end.saturating_sub(f.size()?)
-                        }
-                    };
-                    w.charge(grows)
-                });
+            let append = d.flags() & fdflags::APPEND != 0;
+            let (mut held, at) = d.start_at(offset);
+            // An append of several buffers lands as one write, so that no other append
+            // comes between them (wasi-libc's stdio writes two), as Linux's writev holds
+            // the inode lock for the whole call. One of more than GATHER_MAX bytes, or
+            // one the space limit refuses whole, is written a buffer at a time, as any
+            // other write (the buffers that fit the limit are written).
+            let gathered = append && n > 1 && m.gather(iovs, n, GATHER_MAX, scratch)?;
+            let charged = match gathered {
+                true => w.charge(scratch.len() as u64).ok(),
+                false => None,
+            };
+            let end;
+            (total, end) = match charged {
                 // Held until the write has finished: the limit counts it meanwhile.
-                let _in_flight = match charged {
-                    Ok(c) => c,
-                    Err(e) if total == 0 => return Err(e),
-                    Err(_) => break,
-                };
-                match f.handle.write_at(data, at) {
-                    Ok(landed) => at = landed + len as u64,
-                    Err(e) if total == 0 => return Err(e.into()),
-                    Err(_) => break,
+                Some(_in_flight) => {
+                    let len = scratch.len() as u64;
+                    (len as u32, f.handle.write_at(scratch, at)? + len)
                 }
-                total += len;
-                if len < whole {
-                    break;
-                }
-            }
+                None => store_write_each(m, w, scratch, &d, f, iovs, n, at)?,
+            };
             // The position moves only if the call succeeds: a write whose O_DSYNC sync
             // fails is retried at the same place (Linux moves `f_pos` only when the write
             // returns a count).
@@ -1013,7 +1002,7 @@ fn fd_write(
                 sync_written(&d)?;
             }
             if let Some(pos) = held.as_deref_mut() {
-                *pos = at;
+                *pos = end;
             }
         }
         Kind::HostFile(f) => {
@@ -1085,6 +1074,57 @@ fn fd_write(
         _ => return Err(Errno::BADF),
     }
     Ok(total)
+}
+
+/// The buffers of a store file's write, one store write each, from `at`; returns the bytes
+/// written and where the last ended. A write that runs out of room part way counts what it
+/// wrote; only one that wrote nothing returns the error.
+#[allow(clippy::too_many_arguments)]
+fn store_write_each(
+    m: &GuestMem,
+    w: &WasiCtx,
+    scratch: &mut Vec<u8>,
+    d: &Desc,
+    f: &super::store_fs::StoreFile,
+    iovs: u32,
+    n: u32,
+    mut at: u64,
+) -> R<(u32, u64)> {
+    let append = d.flags() & fdflags::APPEND != 0;
+    let mut total = 0u32;
+    for i in 0..n {
+        let (buf, whole) = m.iovec(iovs, i)?;
+        let len = m.room(total, whole);
+        let data = m.bytes(buf, len, scratch)?;
+        // Every byte is charged at first; past the limit only what the write adds to the
+        // file's size is (an overwrite in place needs no more room).
+        let charged = w.charge(len as u64).or_else(|_| {
+            let grows = match append {
+                true => len as u64,
+                false => {
+                    let end = at.checked_add(len as u64).ok_or(Errno::FBIG)?;
+                    end.saturating_sub(f.size()?)
+                }
+            };
+            w.charge(grows)
+        });
+        // Held until the write has finished: the limit counts it meanwhile.
+        let _in_flight = match charged {
+            Ok(c) => c,
+            Err(e) if total == 0 => return Err(e),
+            Err(_) => break,
+        };
+        match f.handle.write_at(data, at) {
+            Ok(landed) => at = landed + len as u64,
+            Err(e) if total == 0 => return Err(e.into()),
+            Err(_) => break,
+        }
+        total += len;
+        if len < whole {
+            break;
+        }
+    }
+    Ok((total, at))
 }
 
 /// Before a file write that wrote something returns: on an `O_SYNC` descriptor the data
