@@ -149,17 +149,11 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                        iovs: i32,
                        n: i32,
                        offset: i64,
-                       out: i32| file_offset(offset)
-    .and_then(|offset| fd_read(
-        &m,
-        w,
-        s,
-        fd as u32,
-        iovs as u32,
-        n as u32,
-        Some(offset)
-    ))
-    .and_then(|r| m.put_u32(out as u32, r)));
+                       out: i32| {
+        file_offset(offset)
+            .and_then(|at| fd_read(&m, w, s, fd as u32, iovs as u32, n as u32, Some(at)))
+            .and_then(|r| m.put_u32(out as u32, r))
+    });
     wrap!("fd_prestat_get", |m, w, s, fd: i32, out: i32| {
         fd_prestat_get(&m, w, fd as u32, out as u32)
     });
@@ -176,17 +170,11 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         iovs: i32,
                         n: i32,
                         offset: i64,
-                        out: i32| file_offset(offset)
-    .and_then(|offset| fd_write(
-        &m,
-        w,
-        s,
-        fd as u32,
-        iovs as u32,
-        n as u32,
-        Some(offset)
-    ))
-    .and_then(|r| m.put_u32(out as u32, r)));
+                        out: i32| {
+        file_offset(offset)
+            .and_then(|at| fd_write(&m, w, s, fd as u32, iovs as u32, n as u32, Some(at)))
+            .and_then(|r| m.put_u32(out as u32, r))
+    });
     wrap!("fd_read", |m,
                       w,
                       s,

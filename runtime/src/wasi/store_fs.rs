@@ -88,7 +88,8 @@ impl StoreDir {
         // existing file's NotDir below would be ENOTDIR. A missing last component is
         // left to the store's create, which says EISDIR too.
         if of & oflags::CREAT != 0 && path.ends_with('/') {
-            match self.store.lookup_at(self.ino, path.trim_end_matches('/'), false) {
+            let trimmed = path.trim_end_matches('/');
+            match self.store.lookup_at(self.ino, trimmed, false) {
                 Ok(_) => return Err(Errno::ISDIR),
                 Err(valet_vfs::Error::NotFound) => {}
                 Err(e) => return Err(e.into()),
