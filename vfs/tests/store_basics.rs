@@ -121,6 +121,17 @@ fn namespace_rules() {
     assert!(matches!(store.lookup(root, "../x"), Err(Error::Escape)));
     assert!(matches!(store.lookup(root, "/d"), Err(Error::Escape)));
     assert!(matches!(store.lookup(root, "d/f/"), Err(Error::NotDir)));
+    // A new name with a trailing slash asks for a directory: ENOENT, and nothing made
+    // (as Linux's linkat); one that exists is EEXIST first.
+    assert!(matches!(
+        store.link(root, "d/f", root, "new/"),
+        Err(Error::NotFound)
+    ));
+    assert!(matches!(store.lookup(root, "new"), Err(Error::NotFound)));
+    assert!(matches!(
+        store.link(root, "d/f", root, "d/"),
+        Err(Error::Exists)
+    ));
     store.link(root, "d/f", root, "g").unwrap();
     assert_eq!(
         store

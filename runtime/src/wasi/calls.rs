@@ -3,7 +3,8 @@
 //! Each wrapper takes the call's view of memory and context ([`super::view`]), runs the
 //! call as a function returning `Result<_, Errno>`, and hands the guest the number. The
 //! write path of a store file (`fd_write`) allocates nothing and boxes nothing: one table
-//! lookup under a short lock, the iovecs read in place, one store call per buffer.
+//! lookup under a short lock, the iovecs read in place, one store call per buffer (an
+//! append of several buffers gathers them into the thread's scratch buffer for one).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -17,7 +18,7 @@ use super::abi::{
     self, clock, fdflags, filetype, fstflags, oflags, rights, whence, Errno, Filestat,
 };
 use super::dirlist;
-use super::mem::GuestMem;
+use super::mem::{GuestMem, GATHER_MAX};
 use super::table::{Desc, Kind};
 use super::Outlet;
 use super::{view, Ending, Exit, GuestState, TimeSpec, WasiCtx};
@@ -148,16 +149,11 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                        iovs: i32,
                        n: i32,
                        offset: i64,
-                       out: i32| fd_read(
-        &m,
-        w,
-        s,
-        fd as u32,
-        iovs as u32,
-        n as u32,
-        Some(offset as u64)
-    )
-    .and_then(|r| m.put_u32(out as u32, r)));
+                       out: i32| {
+        file_offset(offset)
+            .and_then(|at| fd_read(&m, w, s, fd as u32, iovs as u32, n as u32, Some(at)))
+            .and_then(|r| m.put_u32(out as u32, r))
+    });
     wrap!("fd_prestat_get", |m, w, s, fd: i32, out: i32| {
         fd_prestat_get(&m, w, fd as u32, out as u32)
     });
@@ -174,16 +170,11 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         iovs: i32,
                         n: i32,
                         offset: i64,
-                        out: i32| fd_write(
-        &m,
-        w,
-        s,
-        fd as u32,
-        iovs as u32,
-        n as u32,
-        Some(offset as u64)
-    )
-    .and_then(|r| m.put_u32(out as u32, r)));
+                        out: i32| {
+        file_offset(offset)
+            .and_then(|at| fd_write(&m, w, s, fd as u32, iovs as u32, n as u32, Some(at)))
+            .and_then(|r| m.put_u32(out as u32, r))
+    });
     wrap!("fd_read", |m,
                       w,
                       s,
@@ -443,14 +434,13 @@ pub fn add_to_linker(linker: &mut Linker<GuestState>) -> anyhow::Result<()> {
                         iovs: i32,
                         n: i32,
                         _flags: i32,
-                        out: i32| fd_write(
+                        out: i32| sock_send(
         &m,
         w,
         s,
         fd as u32,
         iovs as u32,
-        n as u32,
-        None
+        n as u32
     )
     .and_then(|k| m.put_u32(out as u32, k)));
     wrap!("sock_shutdown", |m, w, s, fd: i32, how: i32| sock_shutdown(
@@ -807,6 +797,12 @@ fn fd_prestat_dir_name(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32) -
     m.write_bytes(buf, path.as_bytes())
 }
 
+/// The offset of an `fd_pread` or `fd_pwrite`: a negative one (as `off_t`) is EINVAL,
+/// before anything else is looked at, as Linux's `pread` and `pwrite` answer.
+fn file_offset(offset: i64) -> R<u64> {
+    u64::try_from(offset).map_err(|_| Errno::INVAL)
+}
+
 /// `fd_read` (`offset` None, at and moving the position) and `fd_pread`. Every buffer is
 /// filled from the file while data lasts: no cap per call.
 fn fd_read(
@@ -966,38 +962,35 @@ fn fd_write(
                 return Err(Errno::BADF);
             }
             m.check_iovecs(iovs, n)?;
-            let (mut held, mut at) = d.start_at(offset);
-            for i in 0..n {
-                let (buf, whole) = m.iovec(iovs, i)?;
-                let len = m.room(total, whole);
-                let data = m.bytes(buf, len, scratch)?;
-                // Every byte is charged at first; past the limit only what the write adds
-                // to the file's size is (an overwrite in place needs no more room).
-                let charged = w.charge(len as u64).or_else(|_| {
-                    let grows = match d.flags() & fdflags::APPEND != 0 {
-                        true => len as u64,
-                        false => (at + len as u64).saturating_sub(f.size()?),
-                    };
-                    w.charge(grows)
-                });
+            let append = d.flags() & fdflags::APPEND != 0;
+            let (mut held, at) = d.start_at(offset);
+            // An append of several buffers lands as one write, so that no other append
+            // comes between them (wasi-libc's stdio writes two), as Linux's writev holds
+            // the inode lock for the whole call. One of more than GATHER_MAX bytes, or
+            // one the space limit refuses whole, is written a buffer at a time, as any
+            // other write (the buffers that fit the limit are written).
+            let gathered = append && n > 1 && m.gather(iovs, n, GATHER_MAX, scratch)?;
+            let charged = match gathered {
+                true => w.charge(scratch.len() as u64).ok(),
+                false => None,
+            };
+            let end;
+            (total, end) = match charged {
                 // Held until the write has finished: the limit counts it meanwhile.
-                let _in_flight = match charged {
-                    Ok(c) => c,
-                    Err(e) if total == 0 => return Err(e),
-                    Err(_) => break,
-                };
-                match f.handle.write_at(data, at) {
-                    Ok(landed) => at = landed + len as u64,
-                    Err(e) if total == 0 => return Err(e.into()),
-                    Err(_) => break,
+                Some(_in_flight) => {
+                    let len = scratch.len() as u64;
+                    (len as u32, f.handle.write_at(scratch, at)? + len)
                 }
-                total += len;
-                if len < whole {
-                    break;
-                }
+                None => store_write_each(m, w, scratch, &d, f, iovs, n, at)?,
+            };
+            // The position moves only if the call succeeds: a write whose O_DSYNC sync
+            // fails is retried at the same place (Linux moves `f_pos` only when the write
+            // returns a count).
+            if total > 0 {
+                sync_written(&d)?;
             }
             if let Some(pos) = held.as_deref_mut() {
-                *pos = at;
+                *pos = end;
             }
         }
         Kind::HostFile(f) => {
@@ -1034,6 +1027,9 @@ fn fd_write(
                     break;
                 }
             }
+            if total > 0 {
+                sync_written(&d)?;
+            }
             if let Some(pos) = held.as_deref_mut() {
                 *pos = at;
             }
@@ -1065,19 +1061,73 @@ fn fd_write(
         }
         _ => return Err(Errno::BADF),
     }
-    // O_SYNC: the data and all the metadata durable before the call returns (fsync);
-    // O_DSYNC / O_RSYNC: the data and what is needed to read it back (fdatasync).
-    if total > 0 {
-        match (&d.kind, write_sync(d.flags())) {
-            (_, None) => {}
-            (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
-            (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
-            (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
-            (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
-            _ => {}
+    Ok(total)
+}
+
+/// The buffers of a store file's write, one store write each, from `at`; returns the bytes
+/// written and where the last ended. A write that runs out of room part way counts what it
+/// wrote; only one that wrote nothing returns the error.
+#[allow(clippy::too_many_arguments)]
+fn store_write_each(
+    m: &GuestMem,
+    w: &WasiCtx,
+    scratch: &mut Vec<u8>,
+    d: &Desc,
+    f: &super::store_fs::StoreFile,
+    iovs: u32,
+    n: u32,
+    mut at: u64,
+) -> R<(u32, u64)> {
+    let append = d.flags() & fdflags::APPEND != 0;
+    let mut total = 0u32;
+    for i in 0..n {
+        let (buf, whole) = m.iovec(iovs, i)?;
+        let len = m.room(total, whole);
+        let data = m.bytes(buf, len, scratch)?;
+        // Every byte is charged at first; past the limit only what the write adds to the
+        // file's size is (an overwrite in place needs no more room).
+        let charged = w.charge(len as u64).or_else(|_| {
+            let grows = match append {
+                true => len as u64,
+                false => {
+                    let end = at.checked_add(len as u64).ok_or(Errno::FBIG)?;
+                    end.saturating_sub(f.size()?)
+                }
+            };
+            w.charge(grows)
+        });
+        // Held until the write has finished: the limit counts it meanwhile.
+        let _in_flight = match charged {
+            Ok(c) => c,
+            Err(e) if total == 0 => return Err(e),
+            Err(_) => break,
+        };
+        match f.handle.write_at(data, at) {
+            Ok(landed) => at = landed + len as u64,
+            Err(e) if total == 0 => return Err(e.into()),
+            Err(_) => break,
+        }
+        total += len;
+        if len < whole {
+            break;
         }
     }
-    Ok(total)
+    Ok((total, at))
+}
+
+/// Before a file write that wrote something returns: on an `O_SYNC` descriptor the data
+/// and all the metadata durable (fsync); `O_DSYNC` / `O_RSYNC`, the data and what is needed
+/// to read it back (fdatasync).
+fn sync_written(d: &Desc) -> R<()> {
+    match (&d.kind, write_sync(d.flags())) {
+        (_, None) => {}
+        (Kind::StoreFile(f), Some(WriteSync::All)) => f.handle.sync_all()?,
+        (Kind::StoreFile(f), Some(WriteSync::Data)) => f.handle.sync_data()?,
+        (Kind::HostFile(f), Some(WriteSync::All)) => f.file.sync_all()?,
+        (Kind::HostFile(f), Some(WriteSync::Data)) => f.file.sync_data()?,
+        _ => {}
+    }
+    Ok(())
 }
 
 /// What a write on a descriptor with `flags` makes durable before it returns.
@@ -1109,12 +1159,16 @@ fn fd_readdir(m: &GuestMem, w: &WasiCtx, fd: u32, buf: u32, len: u32, cookie: u6
     dirlist::pack(cookies, m, buf, len, cookie, dot, dotdot, items)
 }
 
+/// `fd_renumber`, as Linux's `dup2`: the descriptor `to` named is closed, and an error of
+/// that close is not the call's (the renumber has happened). The close still makes a store
+/// file's data durable; when that fails, the data stays with the file for a later sync,
+/// whose error the guest then sees.
 fn fd_renumber(w: &WasiCtx, from: u32, to: u32) -> R<()> {
     let old = w.table().renumber(from, to)?;
-    match old {
-        Some(d) => close_desc(d),
-        None => Ok(()),
+    if let Some(d) = old {
+        let _ = close_desc(d);
     }
+    Ok(())
 }
 
 fn fd_seek(w: &WasiCtx, fd: u32, offset: i64, wh: u8) -> R<u64> {
@@ -1423,6 +1477,22 @@ fn sock_recv(
         return Ok(got as u32);
     }
     Ok(0)
+}
+
+/// `sock_send`: `fd_write` on a socket; any other descriptor is ENOTSOCK, as Linux's
+/// `send` answers (it used to write to a file or stdout).
+fn sock_send(
+    m: &GuestMem,
+    w: &WasiCtx,
+    scratch: &mut Vec<u8>,
+    fd: u32,
+    iovs: u32,
+    n: u32,
+) -> R<u32> {
+    if !matches!(w.get(fd)?.kind, Kind::Stream(_) | Kind::Listener(_)) {
+        return Err(Errno::NOTSOCK);
+    }
+    fd_write(m, w, scratch, fd, iovs, n, None)
 }
 
 fn sock_shutdown(w: &WasiCtx, fd: u32, how: u8) -> R<()> {

@@ -83,7 +83,8 @@ pub fn pack(
         rec.extend_from_slice(name.as_bytes());
         let room = (buf_len - used) as usize;
         let n = rec.len().min(room);
-        mem.write_bytes(buf + used, &rec[..n])?;
+        // A buffer that runs past the end of a 4 GiB memory ends there (EFAULT), not at 0.
+        mem.write_bytes(buf.checked_add(used).ok_or(Errno::FAULT)?, &rec[..n])?;
         used += n as u32;
         Ok(used < buf_len)
     };

@@ -23,6 +23,16 @@ pub const MAX_RW: u32 = 0x7fff_f000;
 /// and a large memory, a copy each the size of the memory could exhaust the host).
 pub const SHARED_MAX: u32 = 16 << 20;
 
+/// Linux's `PATH_MAX`, its NUL included: a path (or link target) of this many bytes or more
+/// is ENAMETOOLONG, refused before it is copied, so no guest length sizes the copy (with
+/// many threads and a large memory, copies each the size of the memory could exhaust the
+/// host, outside the pod's memory limit).
+pub const PATH_MAX: u32 = 4096;
+
+/// Most bytes of an append's buffers gathered into one store write (see
+/// [`GuestMem::gather`]).
+pub const GATHER_MAX: u32 = 1 << 20;
+
 /// One call's view of the guest's memory.
 pub struct GuestMem {
     base: *mut u8,
@@ -167,6 +177,50 @@ impl GuestMem {
         ))
     }
 
+    /// The buffers of the iovec array at `iovs` (checked by [`GuestMem::check_iovecs`]),
+    /// one after another in `out`, as many as [`GuestMem::room`] lets one call move; false,
+    /// and `out` left as it was, when that is more than `max` bytes. An append gathers its
+    /// buffers so that they land as one write (as Linux's `writev` holds the inode lock for
+    /// the whole call, no other append comes between them).
+    pub fn gather(&self, iovs: u32, n: u32, max: u32, out: &mut Vec<u8>) -> Result<bool, Errno> {
+        let mut total = 0u32;
+        for i in 0..n {
+            let (_, whole) = self.iovec(iovs, i)?;
+            let len = self.room(total, whole);
+            total += len;
+            if total > max {
+                return Ok(false);
+            }
+            if len < whole {
+                break;
+            }
+        }
+        out.clear();
+        out.reserve(total as usize);
+        let mut left = total;
+        for i in 0..n {
+            if left == 0 {
+                break;
+            }
+            let (buf, whole) = self.iovec(iovs, i)?;
+            let len = whole.min(left);
+            let at = self.check(buf, len as usize)?;
+            let end = out.len();
+            // SAFETY: in bounds; a raw copy (a shared memory's bytes are never lent out)
+            // into capacity reserved above, which then holds initialised bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.base.add(at),
+                    out.as_mut_ptr().add(end),
+                    len as usize,
+                );
+                out.set_len(end + len as usize);
+            }
+            left -= len;
+        }
+        Ok(true)
+    }
+
     /// Guest bytes to read from. A plain memory lends them directly; a shared one copies
     /// them into `scratch` first.
     #[inline]
@@ -225,9 +279,13 @@ impl GuestMem {
         Ok(())
     }
 
-    /// A guest string (a path): copied out, and EILSEQ unless it is UTF-8.
+    /// A guest string (a path): copied out, and EILSEQ unless it is UTF-8. EFAULT unless
+    /// it lies in memory, then ENAMETOOLONG from [`PATH_MAX`] bytes on.
     pub fn string(&self, ptr: u32, len: u32) -> Result<String, Errno> {
         let at = self.check(ptr, len as usize)?;
+        if len >= PATH_MAX {
+            return Err(Errno::NAMETOOLONG);
+        }
         let mut v = vec![0u8; len as usize];
         // SAFETY: in bounds; a raw copy.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(at), v.as_mut_ptr(), v.len()) };
@@ -255,6 +313,46 @@ mod tests {
         assert_eq!(m.string(0, 65), Err(Errno::FAULT));
         m.write_bytes(0, &[0xff, 0xfe]).unwrap();
         assert_eq!(m.string(0, 2), Err(Errno::ILSEQ));
+    }
+
+    /// A path of PATH_MAX bytes or more is refused before it is copied (the check of its
+    /// bounds comes first, as a copy from user memory faults first).
+    #[test]
+    fn paths_from_path_max_on_are_too_long() {
+        let mut data = vec![b'a'; 2 * PATH_MAX as usize];
+        let m = GuestMem::plain(&mut data);
+        assert_eq!(m.string(0, PATH_MAX - 1).unwrap().len(), 4095);
+        assert_eq!(m.string(0, PATH_MAX), Err(Errno::NAMETOOLONG));
+        assert_eq!(m.string(1, 2 * PATH_MAX - 1), Err(Errno::NAMETOOLONG));
+        assert_eq!(m.string(1, 2 * PATH_MAX), Err(Errno::FAULT));
+        assert_eq!(m.string(0, u32::MAX), Err(Errno::FAULT));
+    }
+
+    /// An append's buffers are gathered in order, up to what one call moves, and not at all
+    /// past `max`.
+    #[test]
+    fn gather_copies_the_buffers_in_order() {
+        let mut data = vec![0u8; 128];
+        data[64..69].copy_from_slice(b"hello");
+        data[80..86].copy_from_slice(b" world");
+        for shared in [false, true] {
+            let m = match shared {
+                false => GuestMem::plain(&mut data),
+                true => GuestMem::shared(data.as_mut_ptr(), data.len()),
+            };
+            // iovecs at 0: (64, 5), (100, 0), (80, 6)
+            for (i, (buf, len)) in [(64, 5), (100, 0), (80, 6)].into_iter().enumerate() {
+                m.put_u32(8 * i as u32, buf).unwrap();
+                m.put_u32(8 * i as u32 + 4, len).unwrap();
+            }
+            let mut out = b"old".to_vec();
+            assert_eq!(m.gather(0, 3, 10, &mut out), Ok(false));
+            assert_eq!(out, b"old");
+            assert_eq!(m.gather(0, 3, 11, &mut out), Ok(true));
+            assert_eq!(out, b"hello world");
+            assert_eq!(m.gather(0, 0, 11, &mut out), Ok(true));
+            assert!(out.is_empty());
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `poll_oneoff`: clock subscriptions (relative or absolute, on the realtime or monotonic
 //! clock), and readiness of descriptors. Files and directories are always ready, stdout and
 //! stderr are ready for writing; stdin and sockets are asked with poll(2), waiting at most
-//! until the earliest clock subscription is due.
+//! until the earliest clock subscription is due (not at all when another subscription is
+//! ready already: they are still asked, so every ready one is reported).
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -9,8 +10,13 @@ use std::sync::Arc;
 use super::abi::{clock, Errno, EVENT_SIZE, SUBSCRIPTION_SIZE};
 use super::calls::clock_now;
 use super::mem::GuestMem;
-use super::table::{Desc, Kind};
+use super::table::{Desc, Kind, MAX_OPEN};
 use super::WasiCtx;
+
+/// Most subscriptions one call takes: as Linux's poll refuses more descriptors than
+/// `RLIMIT_NOFILE` (EINVAL), past the most a guest may hold open. The host's list of them
+/// is sized by the count, which the guest's memory alone would let reach 89 million.
+const MAX_SUBSCRIPTIONS: u32 = MAX_OPEN as u32;
 
 const EVENT_CLOCK: u8 = 0;
 const EVENT_FD_READ: u8 = 1;
@@ -50,7 +56,7 @@ pub fn poll_oneoff(
     events: u32,
     n: u32,
 ) -> Result<u32, Errno> {
-    if n == 0 {
+    if n == 0 || n > MAX_SUBSCRIPTIONS {
         return Err(Errno::INVAL);
     }
     m.array(subs, n, SUBSCRIPTION_SIZE)?;
@@ -166,11 +172,17 @@ pub fn poll_oneoff(
         })
         .collect();
 
-    // Wait only when nothing is ready yet; a guest that is stopped meanwhile gets EINTR
-    // at once (see `WasiCtx::wait`).
-    if out.is_empty() {
-        let now = clock_now(clock::MONOTONIC)?;
-        let timeout = earliest.map(|due| std::time::Duration::from_nanos(due.saturating_sub(now)));
+    // Wait only when nothing is ready yet; when something is, the host descriptors are
+    // still asked (without waiting), so that each of them that is ready is reported too. A
+    // guest that is stopped meanwhile gets EINTR at once (see `WasiCtx::wait`).
+    if out.is_empty() || !os.is_empty() {
+        let timeout = match out.is_empty() {
+            true => {
+                let now = clock_now(clock::MONOTONIC)?;
+                earliest.map(|due| std::time::Duration::from_nanos(due.saturating_sub(now)))
+            }
+            false => Some(std::time::Duration::ZERO),
+        };
         let mut fds: Vec<libc::pollfd> = os
             .iter()
             .map(|&(_, ty, fd)| libc::pollfd {

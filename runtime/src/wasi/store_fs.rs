@@ -83,6 +83,18 @@ impl StoreDir {
             return Err(Errno::INVAL);
         }
         let exclusive = of & oflags::CREAT != 0 && of & oflags::EXCL != 0;
+        // A create with a trailing slash is EISDIR once the walk to the last component
+        // succeeds, whatever that names (Linux checks the slash before the name): an
+        // existing file's NotDir below would be ENOTDIR. A missing last component is
+        // left to the store's create, which says EISDIR too.
+        if of & oflags::CREAT != 0 && path.ends_with('/') {
+            let trimmed = path.trim_end_matches('/');
+            match self.store.lookup_at(self.ino, trimmed, false) {
+                Ok(_) => return Err(Errno::ISDIR),
+                Err(valet_vfs::Error::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let existing = match self.store.lookup_at(self.ino, path, follow && !exclusive) {
             Ok(ino) => Some(ino),
             Err(valet_vfs::Error::NotFound) => None,

@@ -516,6 +516,10 @@ impl Inner {
         if self.state.inode(parent)?.entries.contains_key(&name) {
             return Err(Error::Exists);
         }
+        // A trailing slash asks for a directory, which a new link is not (Linux: ENOENT).
+        if to.ends_with('/') {
+            return Err(Error::NotFound);
+        }
         if self.state.inode(parent)?.tenant != self.state.inode(ino)?.tenant {
             return Err(Error::Escape);
         }
